@@ -1,0 +1,1 @@
+"""The `relaunch` console script: one entry point, one module per subcommand."""

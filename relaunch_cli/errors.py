@@ -1,0 +1,15 @@
+"""The one exception type that the CLI turns into a one-line error and an exit code."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with what the user asked for (bad path, bad flag value, unreadable file).
+
+    The CLI prints `relaunch CMD: error: MESSAGE` on stderr and exits with `exit_code`;
+    never a traceback.
+    """
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,12 @@
+"""Restart agent: deterministic analysis of one cycle log into a STOP/RESTART verdict.
+
+Pure analysis: log evidence, fingerprints, progress, policy, optional LLM enrichment.
+It imports no web, database or launcher code.
+
+Public API (stable; other packages use only these):
+
+- `scan_file(path) -> CycleEvidence` and `LogScanner` (incremental: `feed(bytes)`, `finish()`)
+- `decide(evidence, history, config=PolicyConfig(), fr_culprit_ranks=None) -> Verdict`
+- `analyze_file(path, history=(), config=PolicyConfig(), fr_culprit_ranks=None) -> Verdict`
+- the model types in `restart_agent.model`
+"""

@@ -1,0 +1,164 @@
+"""The restart agent's data model: evidence of one cycle, history of prior cycles, the verdict.
+
+These types are the contract between `restart_agent/` and everything that builds on
+it (storage, the service, the launcher, the LLM enrichment, the dashboard). They are
+plain dataclasses with `to_dict()` / `from_dict()` so they cross process and database
+boundaries as JSON. `Verdict.to_dict()` is the JSON object `relaunch analyze --format json`
+prints (see SPEC.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Decision = Literal["STOP", "RESTART"]
+Domain = Literal["infrastructure", "workload", "unknown"]
+Role = Literal["root", "cascade", "confirmation", "teardown", "diagnostic"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One log line that matched a pattern of the registry."""
+
+    line: int  # 1-based line number in the cycle log
+    rank: int | None  # global rank the line came from, if a prefix said so
+    pattern_id: str  # row id in restart_agent/patterns table
+    failure_class: str  # e.g. "cuda_oom", "nccl_watchdog_timeout", "python_syntax_error"
+    domain: Domain
+    role: Role
+    recoverability: str  # hint from the pattern table: "retry", "stop", "unknown", ...
+    text: str  # the line's text without its rank prefix (bounded length)
+    fingerprint: str  # stable across cycles and ranks (class + normalised message)
+    entity: str | None = None  # affected entity kept apart from the fingerprint
+    node: str | None = None  # host/node name when the log says so
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evidence:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class CascadeGroup:
+    """Cascade/teardown evidence of one failure class, folded: count and rank spread."""
+
+    failure_class: str
+    role: Role
+    count: int
+    ranks: list[int]  # sorted, distinct
+    first_line: int
+    example: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress seen in one cycle. `known=False` means nothing matched: unknown is not 'none'."""
+
+    known: bool = False
+    last_iteration: int | None = None
+    first_iteration: int | None = None
+    last_checkpoint: str | None = None  # path or tag of the last checkpoint saved
+    checkpoint_iteration: int | None = None
+    dialect: str | None = None  # which progress dialect matched (megatron, hf, lightning, ...)
+    line: int | None = None  # line of the last progress report
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CycleEvidence:
+    """Everything the deterministic scan of one cycle log found, before any policy."""
+
+    primary: Evidence | None
+    roots: list[Evidence]  # root-capable evidence, in log order (bounded)
+    cascades: list[CascadeGroup]
+    diagnostics: list[Evidence]  # advice/confirmation lines worth showing (bounded)
+    progress: Progress
+    ranks_seen: list[int]
+    failed_ranks: list[int]  # ranks that produced root or cascade evidence
+    nodes: list[str]
+    lines: int
+    bytes: int
+    truncated_last_line: bool = False
+
+
+@dataclass(frozen=True)
+class PriorCycle:
+    """What the policy needs to know about one earlier cycle of the same job."""
+
+    cycle: int
+    decision: Decision | None
+    fingerprint: str | None
+    failure_class: str | None
+    domain: Domain | None
+    last_iteration: int | None
+    last_checkpoint: str | None = None
+    progress_known: bool = False
+
+    @classmethod
+    def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
+        """Build from a stored `Verdict.to_dict()` object."""
+        primary = verdict.get("primary") or {}
+        progress = verdict.get("progress") or {}
+        return cls(
+            cycle=cycle,
+            decision=verdict.get("decision"),
+            fingerprint=primary.get("fingerprint"),
+            failure_class=primary.get("failure_class"),
+            domain=primary.get("domain"),
+            last_iteration=progress.get("last_iteration"),
+            last_checkpoint=progress.get("last_checkpoint"),
+            progress_known=bool(progress.get("known")),
+        )
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Budgets of the verdict policy (SPEC.md 'Verdict policy')."""
+
+    same_root_no_progress_retries: int = 3  # infrastructure ceiling per root
+    job_no_progress_ceiling: int = 5  # consecutive failed cycles without progress, any root
+    workload_recurrence_stop: int = 1  # probable workload bug: STOP on first identical recurrence
+
+
+@dataclass
+class Verdict:
+    """The decision for one cycle and everything that explains it."""
+
+    decision: Decision
+    basis: str  # one sentence a person can read
+    rule: str  # id of the policy rule that decided
+    primary: Evidence | None
+    cascades: list[CascadeGroup]
+    progress: Progress
+    history: dict[str, Any]  # same_root_prior_cycles, consecutive_no_progress, ...
+    budgets: dict[str, Any]  # the configured ceilings and what is left
+    evidence: list[Evidence] = field(default_factory=list)  # lines that support the verdict
+    fan_out: dict[str, Any] = field(default_factory=dict)  # ranks, nodes affected
+    fr: dict[str, Any] | None = None  # Flight Recorder findings used, if any
+    llm: dict[str, Any] = field(default_factory=lambda: {"contributed": False})
+    scan: dict[str, Any] = field(default_factory=dict)  # lines, bytes, timings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "basis": self.basis,
+            "rule": self.rule,
+            "primary": self.primary.to_dict() if self.primary else None,
+            "cascades": [c.to_dict() for c in self.cascades],
+            "progress": self.progress.to_dict(),
+            "history": dict(self.history),
+            "budgets": dict(self.budgets),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fan_out": dict(self.fan_out),
+            "fr": self.fr,
+            "llm": dict(self.llm),
+            "scan": dict(self.scan),
+        }
