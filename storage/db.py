@@ -1,0 +1,123 @@
+"""Database URLs and engines: the default SQLite location, WAL mode, busy timeouts, write locks.
+
+`default_url()` is `sqlite:///$RELAUNCH_HOME/relaunch.db` (`RELAUNCH_HOME` defaults to
+`~/.relaunch`). `make_engine(url)` returns an SQLAlchemy engine for any URL; for SQLite
+files it turns on WAL, a busy timeout and foreign keys, and makes every transaction started
+through `writer(engine)` a `BEGIN IMMEDIATE` one, so that several processes writing the same
+file queue up on the lock instead of failing with "database is locked" on a read-to-write
+upgrade. Bad URLs raise `StorageError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import StaticPool
+
+SQLITE_BUSY_TIMEOUT_S = 60.0
+_WRITE_OPTION = "relaunch_write"
+
+
+class StorageError(Exception):
+    """The database cannot be used as asked: bad URL, unreachable server, unwritable file."""
+
+
+def relaunch_home() -> Path:
+    """`$RELAUNCH_HOME`, or `~/.relaunch`."""
+    home = os.environ.get("RELAUNCH_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".relaunch"
+
+
+def default_url() -> str:
+    """The default database: an SQLite file in `relaunch_home()`."""
+    return f"sqlite:///{relaunch_home() / 'relaunch.db'}"
+
+
+def parse_url(url: str | None) -> URL:
+    """Parse `url` (None = default), raising `StorageError` for anything unusable."""
+    text = default_url() if url is None else str(url).strip()
+    if not text:
+        raise StorageError("empty database URL")
+    try:
+        parsed = make_url(text)
+    except ArgumentError:
+        raise StorageError(
+            f"not a database URL: {text!r} (expected e.g. sqlite:///path/relaunch.db "
+            "or postgresql+psycopg2://user:pass@host/db)"
+        ) from None
+    return parsed
+
+
+def is_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite"
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    return is_sqlite(url) and url.database in (None, "", ":memory:")
+
+
+def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
+    """Create the engine for `url` (None = default SQLite file), configured for safe sharing."""
+    parsed = parse_url(url)
+    if is_sqlite(parsed):
+        return _sqlite_engine(parsed, **kwargs)
+    try:
+        return create_engine(parsed, pool_pre_ping=True, **kwargs)
+    except NoSuchModuleError:
+        raise StorageError(
+            f"unsupported database URL scheme {parsed.drivername!r} "
+            "(supported: sqlite, postgresql+psycopg2, or any installed SQLAlchemy dialect)"
+        ) from None
+    except ImportError as exc:
+        raise StorageError(
+            f"the driver for {parsed.drivername!r} is not installed ({exc.name or exc}); "
+            "for PostgreSQL: pip install 'relaunch[postgres]'"
+        ) from None
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine, but its transactions take the write lock at BEGIN (SQLite only)."""
+    return engine.execution_options(**{_WRITE_OPTION: True})
+
+
+def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
+    memory = is_memory_sqlite(url)
+    if not memory:
+        path = Path(str(url.database)).expanduser()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the directory of {path}: {exc.strerror}") from None
+        if path.is_dir():
+            raise StorageError(f"database path is a directory: {path}")
+        url = url.set(database=str(path))
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+    if memory:
+        kwargs.setdefault("poolclass", StaticPool)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy (not pysqlite) emit BEGIN, so we can choose BEGIN IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        try:
+            if not memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cur.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

@@ -1,0 +1,126 @@
+"""The database schema: SQLAlchemy 2 declarative models for jobs, cycles and evidence.
+
+Only `storage/` touches SQL. Other storage modules (the repository, the service's and the
+dashboard's query modules) build on these models; everything outside `storage/` sees plain
+dicts/dataclasses. A change here needs a new Alembic revision in `storage/migrations/versions/`
+(the test suite checks that the migrated schema equals these models).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Stable constraint names, so migrations can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    """One training job (the launcher's `--job-id`)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
+    state: Mapped[str] = mapped_column(String(32), nullable=False, default="running")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    cycles: Mapped[list[Cycle]] = relationship(back_populates="job", passive_deletes=True)
+
+
+class Cycle(Base):
+    """One restart cycle of a job: its log's identity and, once analysed, its verdict."""
+
+    __tablename__ = "cycles"
+    __table_args__ = (
+        UniqueConstraint("job_pk", "cycle", name="uq_cycles_job_pk_cycle"),
+        Index("ix_cycles_fingerprint", "fingerprint"),
+        Index("ix_cycles_failure_class", "failure_class"),
+        Index("ix_cycles_decision_analysed_at", "decision", "analysed_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    cycle: Mapped[int] = mapped_column(Integer, nullable=False)
+    # "registered" (log known, not analysed), "analysed"
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="registered")
+    node: Mapped[str | None] = mapped_column(String(255))
+    log_path: Mapped[str | None] = mapped_column(Text)
+    log_size: Mapped[int | None] = mapped_column(BigInteger)
+    log_sha256: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    analysed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Verdict summary columns (copied from the verdict JSON, for queries and indexes).
+    decision: Mapped[str | None] = mapped_column(String(16))
+    rule: Mapped[str | None] = mapped_column(String(128))
+    basis: Mapped[str | None] = mapped_column(Text)
+    fingerprint: Mapped[str | None] = mapped_column(Text)
+    failure_class: Mapped[str | None] = mapped_column(String(128))
+    domain: Mapped[str | None] = mapped_column(String(32))
+    last_iteration: Mapped[int | None] = mapped_column(BigInteger)
+    last_checkpoint: Mapped[str | None] = mapped_column(Text)
+    progress_known: Mapped[bool | None] = mapped_column(Boolean)
+    llm_contributed: Mapped[bool | None] = mapped_column(Boolean)
+    verdict: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    fr_findings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    llm: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    audit_path: Mapped[str | None] = mapped_column(Text)
+
+    job: Mapped[Job] = relationship(back_populates="cycles")
+    evidence: Mapped[list[EvidenceRow]] = relationship(
+        back_populates="cycle_row", passive_deletes=True, order_by="EvidenceRow.ordinal"
+    )
+
+
+class EvidenceRow(Base):
+    """One evidence line of a cycle's verdict (primary first, then supporting lines)."""
+
+    __tablename__ = "evidence"
+    __table_args__ = (Index("ix_evidence_cycle_pk_ordinal", "cycle_pk", "ordinal"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cycle_pk: Mapped[int] = mapped_column(
+        ForeignKey("cycles.id", ondelete="CASCADE"), nullable=False
+    )
+    ordinal: Mapped[int] = mapped_column(Integer, nullable=False)
+    is_primary: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    line: Mapped[int | None] = mapped_column(BigInteger)
+    rank: Mapped[int | None] = mapped_column(Integer)
+    pattern_id: Mapped[str | None] = mapped_column(String(128))
+    failure_class: Mapped[str | None] = mapped_column(String(128))
+    domain: Mapped[str | None] = mapped_column(String(32))
+    role: Mapped[str | None] = mapped_column(String(32))
+    recoverability: Mapped[str | None] = mapped_column(String(32))
+    fingerprint: Mapped[str | None] = mapped_column(Text)
+    entity: Mapped[str | None] = mapped_column(Text)
+    node: Mapped[str | None] = mapped_column(String(255))
+    text: Mapped[str | None] = mapped_column(Text)
+
+    cycle_row: Mapped[Cycle] = relationship(back_populates="evidence")

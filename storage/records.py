@@ -1,0 +1,75 @@
+"""Plain records the repository returns: `JobRecord`, `CycleRecord` (never ORM objects).
+
+They are frozen dataclasses with `to_dict()` giving JSON-ready dicts (times as ISO 8601 UTC),
+so the service, the dashboard, the MCP server and the CLI can pass them on unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Databases without time zones (SQLite) give naive datetimes; they are stored as UTC."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    state: str
+    created_at: datetime | None
+    updated_at: datetime | None
+    cycles: int = 0  # stored cycles (bounded by max_cycles_per_job)
+    last_cycle: int | None = None
+    last_decision: str | None = None
+    last_rule: str | None = None
+    last_failure_class: str | None = None
+    last_analysed_at: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    job_id: str
+    cycle: int
+    status: str  # "registered" | "analysed"
+    node: str | None = None
+    log_path: str | None = None
+    log_size: int | None = None
+    log_sha256: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    analysed_at: datetime | None = None
+    decision: str | None = None
+    rule: str | None = None
+    basis: str | None = None
+    fingerprint: str | None = None
+    failure_class: str | None = None
+    domain: str | None = None
+    last_iteration: int | None = None
+    last_checkpoint: str | None = None
+    progress_known: bool | None = None
+    llm_contributed: bool | None = None
+    verdict: dict[str, Any] | None = None
+    fr_findings: dict[str, Any] | None = None
+    llm: dict[str, Any] | None = None
+    audit_path: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def log_identity(self) -> dict[str, Any]:
+        return {"path": self.log_path, "size": self.log_size, "sha256": self.log_sha256}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}

@@ -1,0 +1,582 @@
+"""`HistoryRepository`: the history of jobs, cycles and verdicts, over any SQLAlchemy database.
+
+The only writer of the schema in `storage.models`. Every write is one short transaction
+that takes the write lock first (SQLite `BEGIN IMMEDIATE`), so concurrent processes queue
+instead of failing, and is an upsert on (job, cycle): re-analysing a cycle replaces its
+verdict and evidence, never duplicates them. After a new cycle is added, the job's oldest
+cycles beyond `max_cycles_per_job` are pruned in the same transaction, so history stays
+bounded on disk whatever the job's length. Reads return `JobRecord`/`CycleRecord`
+dataclasses and plain dicts, never ORM objects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.db import StorageError, writer
+from storage.models import Cycle, EvidenceRow, Job
+from storage.records import CycleRecord, JobRecord, as_utc
+
+T = TypeVar("T")
+
+MAX_EVIDENCE_ROWS = 200
+JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
+_MAX_JOB_ID = 255
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _check_job_id(job_id: Any) -> str:
+    if not isinstance(job_id, str) or not job_id.strip():
+        raise ValueError(f"job_id must be a non-empty string, got {job_id!r}")
+    if len(job_id) > _MAX_JOB_ID:
+        raise ValueError(f"job_id is longer than {_MAX_JOB_ID} characters")
+    return job_id
+
+
+def _check_cycle(cycle: Any) -> int:
+    if isinstance(cycle, bool) or not isinstance(cycle, int) or cycle < 0:
+        raise ValueError(f"cycle must be a non-negative integer, got {cycle!r}")
+    return cycle
+
+
+def _check_json(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict, got {type(value).__name__}")
+    try:
+        # Round-trip: rejects what JSON cannot hold and detaches the caller's objects.
+        return json.loads(json.dumps(value, allow_nan=False, default=_reject))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} is not JSON-serialisable: {exc}") from None
+
+
+def _reject(obj: Any) -> Any:
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON-serialisable")
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    return None
+
+
+def _str_or_none(value: Any, limit: int | None = None) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return text[:limit] if limit else text
+
+
+class HistoryRepository:
+    """Jobs, cycles and verdicts. Thread-safe; share one per process."""
+
+    def __init__(self, engine: Engine, *, max_cycles_per_job: int = 10_000) -> None:
+        if isinstance(max_cycles_per_job, bool) or max_cycles_per_job < 1:
+            raise ValueError("max_cycles_per_job must be at least 1")
+        self.engine = engine
+        self.max_cycles_per_job = int(max_cycles_per_job)
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write = sessionmaker(writer(engine), expire_on_commit=False)
+
+    # -- sessions (for storage/ query modules built on the models) -----------------------
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A session for reads (no write lock). Only storage/ modules should use it."""
+        with self._read() as session:
+            yield session
+
+    @contextmanager
+    def write_session(self) -> Iterator[Session]:
+        """A session in one write transaction, committed on success, rolled back on error."""
+        with self._write.begin() as session:
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _write_retrying(self, fn: Callable[[Session], T], attempts: int = 5) -> T:
+        """Run `fn` in a write transaction; retry on a lost insert race (PostgreSQL)."""
+        for attempt in range(attempts):
+            try:
+                with self._write.begin() as session:
+                    return fn(session)
+            except IntegrityError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+            except OperationalError as exc:
+                raise StorageError(f"database error: {_short(exc)}") from exc
+        raise AssertionError("unreachable")
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _job(self, session: Session, job_id: str, *, create: bool = True) -> Job | None:
+        job = session.scalars(select(Job).where(Job.job_id == job_id)).one_or_none()
+        if job is None and create:
+            now = _now()
+            job = Job(job_id=job_id, state="running", created_at=now, updated_at=now)
+            session.add(job)
+            session.flush()
+        return job
+
+    def _cycle_row(self, session: Session, job: Job, cycle: int) -> tuple[Cycle, bool]:
+        row = session.scalars(
+            select(Cycle).where(Cycle.job_pk == job.id, Cycle.cycle == cycle)
+        ).one_or_none()
+        if row is not None:
+            return row, False
+        row = Cycle(job_pk=job.id, cycle=cycle, status="registered")
+        session.add(row)
+        session.flush()
+        return row, True
+
+    def _prune(self, session: Session, job: Job) -> None:
+        count = session.scalar(select(func.count()).where(Cycle.job_pk == job.id)) or 0
+        excess = count - self.max_cycles_per_job
+        if excess <= 0:
+            return
+        old = list(
+            session.scalars(
+                select(Cycle.id)
+                .where(Cycle.job_pk == job.id)
+                .order_by(Cycle.cycle.asc())
+                .limit(excess)
+            )
+        )
+        session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk.in_(old)))
+        session.execute(delete(Cycle).where(Cycle.id.in_(old)))
+
+    def register_cycle(
+        self,
+        job_id: str,
+        cycle: int,
+        log_path: str | None,
+        *,
+        node: str | None = None,
+        started_at: datetime | None = None,
+    ) -> CycleRecord:
+        """Record that cycle `cycle` of `job_id` started and writes `log_path`."""
+        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+
+        def op(session: Session) -> CycleRecord:
+            job = self._job(session, job_id)
+            assert job is not None
+            row, created = self._cycle_row(session, job, cycle)
+            if log_path is not None:
+                row.log_path = str(log_path)
+            if node is not None:
+                row.node = _str_or_none(node, 255)
+            row.started_at = started_at or row.started_at or _now()
+            job.updated_at = _now()
+            if created:
+                self._prune(session, job)
+            return _cycle_record(row, job_id, with_evidence=False)
+
+        return self._write_retrying(op)
+
+    def save_verdict(
+        self,
+        job_id: str,
+        cycle: int,
+        verdict: dict[str, Any],
+        *,
+        log_identity: dict[str, Any] | None = None,
+        audit_path: str | None = None,
+    ) -> CycleRecord:
+        """Store the verdict of (job, cycle), replacing any earlier one and its evidence.
+
+        `log_identity` is `{"path", "size", "sha256"}` of the analysed log (any may be None).
+        """
+        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+        verdict = _check_json("verdict", verdict)
+        if verdict.get("decision") not in ("STOP", "RESTART"):
+            raise ValueError(
+                f"verdict decision must be STOP or RESTART, got {verdict.get('decision')!r}"
+            )
+        identity = dict(log_identity or {})
+
+        def op(session: Session) -> CycleRecord:
+            job = self._job(session, job_id)
+            assert job is not None
+            row, created = self._cycle_row(session, job, cycle)
+            now = _now()
+            _apply_verdict(row, verdict, now)
+            if identity.get("path") is not None:
+                row.log_path = str(identity["path"])
+            if "size" in identity:
+                row.log_size = _int_or_none(identity.get("size"))
+            if "sha256" in identity:
+                row.log_sha256 = _str_or_none(identity.get("sha256"), 64)
+            if audit_path is not None:
+                row.audit_path = str(audit_path)
+            session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk == row.id))
+            session.add_all(_evidence_rows(row.id, verdict))
+            job.updated_at = now
+            if created:
+                self._prune(session, job)
+            return _cycle_record(row, job_id, with_evidence=False)
+
+        return self._write_retrying(op)
+
+    def _update_cycle(self, job_id: str, cycle: int, apply: Callable[[Cycle], None]) -> None:
+        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+
+        def op(session: Session) -> None:
+            job = self._job(session, job_id)
+            assert job is not None
+            row, created = self._cycle_row(session, job, cycle)
+            apply(row)
+            job.updated_at = _now()
+            if created:
+                self._prune(session, job)
+
+        self._write_retrying(op)
+
+    def save_fr_findings(self, job_id: str, cycle: int, findings: dict[str, Any]) -> None:
+        """Attach Flight Recorder findings (the JSON of `relaunch fr`) to a cycle."""
+        findings = _check_json("findings", findings)
+        self._update_cycle(job_id, cycle, lambda row: setattr(row, "fr_findings", findings))
+
+    def save_llm(self, job_id: str, cycle: int, llm: dict[str, Any]) -> None:
+        """Attach an LLM enrichment to a cycle (the deterministic verdict is left as it is)."""
+        llm = _check_json("llm", llm)
+
+        def apply(row: Cycle) -> None:
+            row.llm = llm
+            row.llm_contributed = bool(llm.get("contributed", False))
+
+        self._update_cycle(job_id, cycle, apply)
+
+    def set_audit_path(self, job_id: str, cycle: int, audit_path: str) -> None:
+        """Record where the audit artifact of a cycle's verdict was written."""
+        self._update_cycle(job_id, cycle, lambda row: setattr(row, "audit_path", str(audit_path)))
+
+    def set_cycle_ended(self, job_id: str, cycle: int, ended_at: datetime | None = None) -> None:
+        """Record when a cycle's workers ended (the launcher knows; analysis may come later)."""
+        when = ended_at or _now()
+        self._update_cycle(job_id, cycle, lambda row: setattr(row, "ended_at", when))
+
+    def set_job_state(self, job_id: str, state: str) -> None:
+        """Set a job's state: one of `JOB_STATES`."""
+        job_id = _check_job_id(job_id)
+        if state not in JOB_STATES:
+            raise ValueError(f"job state must be one of {', '.join(JOB_STATES)}; got {state!r}")
+
+        def op(session: Session) -> None:
+            job = self._job(session, job_id)
+            assert job is not None
+            job.state = state
+            job.updated_at = _now()
+
+        self._write_retrying(op)
+
+    def delete_job(self, job_id: str) -> bool:
+        """Delete a job and all its history; False when there was no such job."""
+        job_id = _check_job_id(job_id)
+
+        def op(session: Session) -> bool:
+            job = self._job(session, job_id, create=False)
+            if job is None:
+                return False
+            ids = select(Cycle.id).where(Cycle.job_pk == job.id).scalar_subquery()
+            session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk.in_(ids)))
+            session.execute(delete(Cycle).where(Cycle.job_pk == job.id))
+            session.delete(job)
+            return True
+
+        return self._write_retrying(op)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _reading(self, fn: Callable[[Session], T]) -> T:
+        try:
+            with self._read() as session:
+                return fn(session)
+        except (OperationalError, DBAPIError) as exc:
+            raise StorageError(f"database error: {_short(exc)}") from exc
+
+    def prior_verdicts(
+        self, job_id: str, before_cycle: int, *, limit: int | None = None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """Verdicts of the job's analysed cycles < `before_cycle`, oldest first.
+
+        `limit` keeps only the most recent `limit` of them.
+        """
+        job_id, before_cycle = _check_job_id(job_id), _check_cycle(before_cycle)
+
+        def op(session: Session) -> list[tuple[int, dict[str, Any]]]:
+            q = (
+                select(Cycle.cycle, Cycle.verdict)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Job.job_id == job_id, Cycle.cycle < before_cycle, Cycle.verdict.is_not(None))
+                .order_by(Cycle.cycle.desc())
+            )
+            if limit is not None:
+                q = q.limit(limit)
+            rows = [(c, v) for c, v in session.execute(q) if isinstance(v, dict)]
+            rows.reverse()
+            return rows
+
+        return self._reading(op)
+
+    def next_cycle(self, job_id: str, first: int = 0) -> int:
+        """One more than the job's highest stored cycle, or `first` for a new job."""
+        job_id = _check_job_id(job_id)
+
+        def op(session: Session) -> int:
+            top = session.scalar(
+                select(func.max(Cycle.cycle))
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Job.job_id == job_id)
+            )
+            return first if top is None else int(top) + 1
+
+        return self._reading(op)
+
+    def get_cycle(self, job_id: str, cycle: int) -> CycleRecord | None:
+        """One cycle with its verdict, evidence rows, FR findings and LLM enrichment."""
+        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+
+        def op(session: Session) -> CycleRecord | None:
+            row = session.scalars(
+                select(Cycle)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Job.job_id == job_id, Cycle.cycle == cycle)
+            ).one_or_none()
+            return None if row is None else _cycle_record(row, job_id, with_evidence=True)
+
+        return self._reading(op)
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        job_id = _check_job_id(job_id)
+        jobs = self._list_jobs(job_id=job_id)
+        return jobs[0] if jobs else None
+
+    def list_jobs(self, *, limit: int | None = None) -> list[JobRecord]:
+        """All jobs, most recently updated first, with their last cycle's verdict."""
+        return self._list_jobs(limit=limit)
+
+    def _list_jobs(self, *, job_id: str | None = None, limit: int | None = None) -> list[JobRecord]:
+        def op(session: Session) -> list[JobRecord]:
+            stats = (
+                select(
+                    Cycle.job_pk.label("job_pk"),
+                    func.count().label("n"),
+                    func.max(Cycle.cycle).label("last"),
+                )
+                .group_by(Cycle.job_pk)
+                .subquery()
+            )
+            q = (
+                select(Job, stats.c.n, stats.c.last, Cycle)
+                .outerjoin(stats, stats.c.job_pk == Job.id)
+                .outerjoin(Cycle, (Cycle.job_pk == Job.id) & (Cycle.cycle == stats.c.last))
+                .order_by(Job.updated_at.desc(), Job.id.desc())
+            )
+            if job_id is not None:
+                q = q.where(Job.job_id == job_id)
+            if limit is not None:
+                q = q.limit(limit)
+            out = []
+            for job, n, last, cyc in session.execute(q):
+                out.append(
+                    JobRecord(
+                        job_id=job.job_id,
+                        state=job.state,
+                        created_at=as_utc(job.created_at),
+                        updated_at=as_utc(job.updated_at),
+                        cycles=int(n or 0),
+                        last_cycle=last,
+                        last_decision=cyc.decision if cyc else None,
+                        last_rule=cyc.rule if cyc else None,
+                        last_failure_class=cyc.failure_class if cyc else None,
+                        last_analysed_at=as_utc(cyc.analysed_at) if cyc else None,
+                    )
+                )
+            return out
+
+        return self._reading(op)
+
+    def list_cycles(self, job_id: str, *, with_verdict: bool = True) -> list[CycleRecord]:
+        """The job's stored cycles, oldest first (evidence rows: see `get_cycle`)."""
+        job_id = _check_job_id(job_id)
+
+        def op(session: Session) -> list[CycleRecord]:
+            rows = session.scalars(
+                select(Cycle)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Job.job_id == job_id)
+                .order_by(Cycle.cycle.asc())
+            )
+            return [
+                _cycle_record(r, job_id, with_evidence=False, with_verdict=with_verdict)
+                for r in rows
+            ]
+
+        return self._reading(op)
+
+    def search(
+        self,
+        fingerprint: str | None = None,
+        failure_class: str | None = None,
+        limit: int = 100,
+        *,
+        job_id: str | None = None,
+        decision: str | None = None,
+    ) -> list[CycleRecord]:
+        """Analysed cycles matching every given filter, most recently analysed first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ValueError("limit must be an integer between 1 and 10000")
+
+        def op(session: Session) -> list[CycleRecord]:
+            q = (
+                select(Cycle, Job.job_id)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Cycle.status == "analysed")
+            )
+            if fingerprint is not None:
+                q = q.where(Cycle.fingerprint == fingerprint)
+            if failure_class is not None:
+                q = q.where(Cycle.failure_class == failure_class)
+            if job_id is not None:
+                q = q.where(Job.job_id == job_id)
+            if decision is not None:
+                q = q.where(Cycle.decision == decision)
+            q = q.order_by(Cycle.analysed_at.desc(), Cycle.id.desc()).limit(limit)
+            return [
+                _cycle_record(row, jid, with_evidence=False, with_verdict=False)
+                for row, jid in session.execute(q)
+            ]
+
+        return self._reading(op)
+
+
+def _short(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(orig if orig is not None else exc).splitlines()[0][:300]
+
+
+def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
+    primary = verdict.get("primary") or {}
+    progress = verdict.get("progress") or {}
+    llm = verdict.get("llm") or {}
+    row.status = "analysed"
+    row.verdict = verdict
+    row.decision = verdict.get("decision")
+    row.rule = _str_or_none(verdict.get("rule"), 128)
+    row.basis = _str_or_none(verdict.get("basis"))
+    row.fingerprint = _str_or_none(primary.get("fingerprint"))
+    row.failure_class = _str_or_none(primary.get("failure_class"), 128)
+    row.domain = _str_or_none(primary.get("domain"), 32)
+    row.last_iteration = _int_or_none(progress.get("last_iteration"))
+    row.last_checkpoint = _str_or_none(progress.get("last_checkpoint"))
+    row.progress_known = bool(progress.get("known")) if "known" in progress else None
+    row.llm_contributed = bool(llm.get("contributed", False))
+    row.analysed_at = now
+    row.ended_at = row.ended_at or now
+
+
+def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[EvidenceRow]:
+    items: list[tuple[bool, dict[str, Any]]] = []
+    primary = verdict.get("primary")
+    if isinstance(primary, dict):
+        items.append((True, primary))
+    seen = (
+        {(primary.get("line"), primary.get("pattern_id"))} if isinstance(primary, dict) else set()
+    )
+    for ev in verdict.get("evidence") or []:
+        if not isinstance(ev, dict) or (ev.get("line"), ev.get("pattern_id")) in seen:
+            continue
+        seen.add((ev.get("line"), ev.get("pattern_id")))
+        items.append((False, ev))
+    rows = []
+    for ordinal, (is_primary, ev) in enumerate(items[:MAX_EVIDENCE_ROWS]):
+        rows.append(
+            EvidenceRow(
+                cycle_pk=cycle_pk,
+                ordinal=ordinal,
+                is_primary=is_primary,
+                line=_int_or_none(ev.get("line")),
+                rank=_int_or_none(ev.get("rank")),
+                pattern_id=_str_or_none(ev.get("pattern_id"), 128),
+                failure_class=_str_or_none(ev.get("failure_class"), 128),
+                domain=_str_or_none(ev.get("domain"), 32),
+                role=_str_or_none(ev.get("role"), 32),
+                recoverability=_str_or_none(ev.get("recoverability"), 32),
+                fingerprint=_str_or_none(ev.get("fingerprint")),
+                entity=_str_or_none(ev.get("entity")),
+                node=_str_or_none(ev.get("node"), 255),
+                text=_str_or_none(ev.get("text")),
+            )
+        )
+    return rows
+
+
+_EVIDENCE_FIELDS = (
+    "line",
+    "rank",
+    "pattern_id",
+    "failure_class",
+    "domain",
+    "role",
+    "recoverability",
+    "fingerprint",
+    "entity",
+    "node",
+    "text",
+)
+
+
+def _cycle_record(
+    row: Cycle, job_id: str, *, with_evidence: bool, with_verdict: bool = True
+) -> CycleRecord:
+    evidence = []
+    if with_evidence:
+        for ev in row.evidence:
+            d = {k: getattr(ev, k) for k in _EVIDENCE_FIELDS}
+            d["primary"] = bool(ev.is_primary)
+            evidence.append(d)
+    return CycleRecord(
+        job_id=job_id,
+        cycle=row.cycle,
+        status=row.status,
+        node=row.node,
+        log_path=row.log_path,
+        log_size=row.log_size,
+        log_sha256=row.log_sha256,
+        started_at=as_utc(row.started_at),
+        ended_at=as_utc(row.ended_at),
+        analysed_at=as_utc(row.analysed_at),
+        decision=row.decision,
+        rule=row.rule,
+        basis=row.basis,
+        fingerprint=row.fingerprint,
+        failure_class=row.failure_class,
+        domain=row.domain,
+        last_iteration=row.last_iteration,
+        last_checkpoint=row.last_checkpoint,
+        progress_known=row.progress_known,
+        llm_contributed=row.llm_contributed,
+        verdict=row.verdict if with_verdict else None,
+        fr_findings=row.fr_findings if with_verdict else None,
+        llm=row.llm if with_verdict else None,
+        audit_path=row.audit_path,
+        evidence=evidence,
+    )
