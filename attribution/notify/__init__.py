@@ -1,0 +1,1 @@
+"""Notifications sent when verdicts are saved (engine listeners): Slack alerts."""

@@ -1,0 +1,537 @@
+"""Slack alerts for verdicts: an engine listener that posts Block Kit messages.
+
+`SlackNotifier` is registered with `AttributionEngine.add_listener` when `relaunch serve`
+is given a Slack channel. It posts with slack-sdk's `WebClient.chat_postMessage`:
+
+- always on STOP; optionally on every failed cycle (`--slack-on failure`) or when a
+  failure fingerprint recurs (`--slack-on recurring`);
+- deduplicated per job (one message per (job, cycle), one "recurring" message per
+  (job, fingerprint)), and rate limited per job (STOP messages are never dropped by the
+  limit; suppressed messages are counted in the next one sent);
+- sent by a background worker thread: the listener only enqueues, so analysis is never
+  blocked or broken. Failures (HTTP errors, `ok: false`, 429 with Retry-After, connection
+  errors) are logged and retried with backoff, then dropped with a log line.
+
+`add_arguments(parser)` / `from_args(args)` give `relaunch serve` its flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+log = logging.getLogger(__name__)
+
+TRIGGERS = ("stop", "failure", "recurring")
+ENV_TOKEN = "SLACK_BOT_TOKEN"
+DEFAULT_BASE_URL = "https://slack.com/api/"
+_MAX_TEXT = 600  # characters of log text quoted in one message
+
+
+@dataclass
+class SlackConfig:
+    """What to send where, and how hard to try."""
+
+    token: str
+    channel: str
+    on: frozenset[str] = frozenset({"stop"})
+    dashboard_url: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+    per_job_burst: int = 3  # non-STOP messages allowed per job in one window
+    per_job_window_s: float = 60.0
+    max_attempts: int = 5
+    backoff_s: float = 1.0  # first retry delay; doubles each attempt (Retry-After wins)
+    max_backoff_s: float = 60.0
+    timeout_s: int = 10
+    queue_size: int = 1000
+
+    def __post_init__(self) -> None:
+        unknown = set(self.on) - set(TRIGGERS)
+        if unknown:
+            raise ValueError(f"unknown --slack-on value(s): {', '.join(sorted(unknown))}")
+        self.on = frozenset(self.on) | {"stop"}
+
+
+@dataclass
+class _Outgoing:
+    job_id: str
+    cycle: int | None
+    kind: str  # stop | failure | recurring
+    text: str
+    blocks: list[dict[str, Any]]
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+@dataclass
+class _JobState:
+    sent_cycles: set[tuple[int, str]] = field(default_factory=set)  # (cycle, decision)
+    recurring_fps: set[str] = field(default_factory=set)
+    recent: list[float] = field(default_factory=list)  # send times inside the window
+    suppressed: int = 0
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def event_fields(event: Any) -> tuple[str, int | None, dict[str, Any]]:
+    """(job_id, cycle, verdict dict) of an engine `VerdictEvent` (or a dict shaped like one)."""
+    verdict = _get(event, "verdict")
+    if verdict is not None and not isinstance(verdict, Mapping) and hasattr(verdict, "to_dict"):
+        verdict = verdict.to_dict()
+    job_id = _get(event, "job_id")
+    cycle = _get(event, "cycle")
+    if job_id is None:
+        raise ValueError("verdict event has no job_id")
+    return str(job_id), (int(cycle) if cycle is not None else None), dict(verdict or {})
+
+
+def slack_escape(text: str) -> str:
+    """Escape the three characters Slack mrkdwn treats as control (`&`, `<`, `>`).
+
+    Log text is untrusted: without this a line could ping `<!channel>` or forge a link.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int = _MAX_TEXT) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _code(text: str) -> str:
+    # Backticks inside a code span would end it early.
+    return "`" + slack_escape(_clip(text)).replace("`", "'") + "`"
+
+
+def cycle_url(dashboard_url: str | None, job_id: str, cycle: int | None) -> str | None:
+    """Dashboard link of a cycle (or of the job when the cycle is unknown)."""
+    if not dashboard_url:
+        return None
+    from urllib.parse import quote
+
+    base = dashboard_url.rstrip("/") + "/jobs/" + quote(job_id, safe="")
+    return base if cycle is None else f"{base}/cycles/{cycle}"
+
+
+def build_message(
+    job_id: str,
+    cycle: int | None,
+    verdict: Mapping[str, Any],
+    *,
+    kind: str,
+    dashboard_url: str | None = None,
+    suppressed: int = 0,
+) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and Block Kit blocks of one alert."""
+    decision = str(verdict.get("decision") or "?")
+    primary = verdict.get("primary") or {}
+    failure_class = str(primary.get("failure_class") or "unknown failure")
+    basis = _clip(verdict.get("basis") or "", 300)
+    rule = str(verdict.get("rule") or "?")
+    history = verdict.get("history") or {}
+    cycle_txt = "?" if cycle is None else str(cycle)
+    title = {
+        "stop": f"STOP: job {job_id} will not be restarted",
+        "recurring": f"Recurring failure in job {job_id}",
+        "failure": f"Failed cycle in job {job_id}",
+    }.get(kind, f"Verdict for job {job_id}")
+    title = _clip(title, 140)
+    fields = [
+        f"*Job*\n{slack_escape(_clip(job_id, 200))}",
+        f"*Cycle*\n{cycle_txt}",
+        f"*Verdict*\n{slack_escape(decision)}",
+        f"*Failure*\n{slack_escape(_clip(failure_class, 200))}",
+        f"*Rule*\n{slack_escape(_clip(rule, 200))}",
+    ]
+    same_root = history.get("same_root_prior_cycles")
+    if same_root:
+        fields.append(f"*Seen before*\n{int(same_root)} prior cycle(s)")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+    ]
+    if basis:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": slack_escape(basis)}})
+    if primary.get("text"):
+        where = f"line {primary.get('line')}"
+        if primary.get("rank") is not None:
+            where += f", rank {primary.get('rank')}"
+        blocks.append(
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"*Evidence* ({where}): {_code(primary['text'])}",
+                },
+            }
+        )
+    context: list[str] = []
+    if primary.get("fingerprint"):
+        context.append(f"fingerprint {_code(str(primary['fingerprint']))}")
+    if suppressed:
+        context.append(f"{suppressed} earlier alert(s) for this job were rate limited")
+    if context:
+        blocks.append(
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": c} for c in context]}
+        )
+    url = cycle_url(dashboard_url, job_id, cycle)
+    if url:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open in dashboard"},
+                        "url": url,
+                    }
+                ],
+            }
+        )
+    text = f"relaunch {decision} job {job_id} cycle {cycle_txt}: {failure_class}"
+    if basis:
+        text += f" ({basis})"
+    if url:
+        text += f" {url}"
+    return slack_escape(_clip(text, 1000)), blocks
+
+
+class SlackNotifier:
+    """Engine listener: `notifier(event)` enqueues an alert; a worker thread posts it."""
+
+    def __init__(
+        self,
+        config: SlackConfig,
+        *,
+        client: WebClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.client = client or WebClient(
+            token=config.token,
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            retry_handlers=[],  # retries are ours, in the worker, never in the caller
+        )
+        self._clock = clock
+        self._jobs: dict[str, _JobState] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[_Outgoing | None] = queue.Queue(maxsize=config.queue_size)
+        self._pending: list[_Outgoing] = []  # waiting for a retry
+        self._idle = threading.Condition()
+        self._busy = 0
+        self._stopped = threading.Event()
+        self.sent = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run, name="relaunch-slack", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- listener side
+    def __call__(self, event: Any) -> None:
+        """Called by the engine after a verdict is saved. Never raises, never blocks."""
+        try:
+            self.notify(*event_fields(event))
+        except Exception:  # a notification must never break analysis
+            log.exception("slack: could not queue an alert")
+
+    def notify(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> str | None:
+        """Queue an alert for one verdict if it qualifies; return its kind, or None."""
+        kind = self._kind(verdict)
+        if kind is None or self._stopped.is_set():
+            return None
+        primary = verdict.get("primary") or {}
+        with self._lock:
+            state = self._jobs.setdefault(job_id, _JobState())
+            key = (cycle, str(verdict.get("decision")))
+            if cycle is not None and key in state.sent_cycles:
+                return None  # deduplicated: this cycle's verdict was already alerted
+            if kind == "recurring":
+                fp = str(primary.get("fingerprint") or "")
+                if fp in state.recurring_fps:
+                    if "failure" not in self.config.on:
+                        return None
+                    kind = "failure"  # recurrence already announced: plain failure alert
+                else:
+                    state.recurring_fps.add(fp)
+            if kind != "stop" and not self._allow(state):
+                state.suppressed += 1
+                log.info("slack: rate limited a %s alert for job %s", kind, job_id)
+                return None
+            if cycle is not None:
+                state.sent_cycles.add(key)
+            suppressed, state.suppressed = state.suppressed, 0
+        text, blocks = build_message(
+            job_id,
+            cycle,
+            verdict,
+            kind=kind,
+            dashboard_url=self.config.dashboard_url,
+            suppressed=suppressed,
+        )
+        item = _Outgoing(job_id=job_id, cycle=cycle, kind=kind, text=text, blocks=blocks)
+        with self._idle:
+            self._busy += 1
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+            log.error("slack: queue full, dropped a %s alert for job %s", kind, job_id)
+            return None
+        return kind
+
+    def _kind(self, verdict: Mapping[str, Any]) -> str | None:
+        decision = verdict.get("decision")
+        if decision == "STOP":
+            return "stop"
+        if decision != "RESTART":
+            return None
+        history = verdict.get("history") or {}
+        if "recurring" in self.config.on and int(history.get("same_root_prior_cycles") or 0) > 0:
+            return "recurring"
+        if "failure" in self.config.on:
+            return "failure"
+        return None
+
+    def _allow(self, state: _JobState) -> bool:
+        now = self._clock()
+        window = self.config.per_job_window_s
+        state.recent = [t for t in state.recent if now - t < window]
+        if len(state.recent) >= self.config.per_job_burst:
+            return False
+        state.recent.append(now)
+        return True
+
+    # ------------------------------------------------------------------- worker side
+    def _run(self) -> None:
+        while True:
+            timeout = self._next_wakeup()
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            else:
+                if item is None:  # close()
+                    self._drain_on_close()
+                    return
+                self._pending.append(item)
+            self._send_due()
+
+    def _next_wakeup(self) -> float | None:
+        if not self._pending:
+            return None
+        return max(0.0, min(p.not_before for p in self._pending) - time.monotonic())
+
+    def _send_due(self) -> None:
+        now = time.monotonic()
+        due = [p for p in self._pending if p.not_before <= now]
+        for item in due:
+            self._pending.remove(item)
+            self._attempt(item)
+
+    def _attempt(self, item: _Outgoing) -> None:
+        item.attempts += 1
+        delay: float | None = None
+        try:
+            resp = self.client.chat_postMessage(
+                channel=self.config.channel, text=item.text, blocks=item.blocks
+            )
+            if not resp.get("ok", False):
+                raise SlackApiError(f"slack answered ok=false: {resp.get('error')}", resp)
+        except SlackApiError as exc:
+            status = getattr(exc.response, "status_code", None)
+            headers = getattr(exc.response, "headers", None) or {}
+            error = exc.response.get("error") if exc.response is not None else None
+            if status == 429:
+                delay = _retry_after(headers)
+            log.warning(
+                "slack: posting a %s alert for job %s failed (attempt %d, status %s, %s)",
+                item.kind,
+                item.job_id,
+                item.attempts,
+                status,
+                error,
+            )
+            if error in ("invalid_auth", "not_authed", "channel_not_found", "account_inactive"):
+                item.attempts = self.config.max_attempts  # retrying cannot help
+            self._retry_or_drop(item, delay)
+            return
+        except Exception as exc:  # connection refused, timeout, DNS...
+            log.warning(
+                "slack: posting a %s alert for job %s failed (attempt %d): %s",
+                item.kind,
+                item.job_id,
+                item.attempts,
+                exc,
+            )
+            self._retry_or_drop(item, None)
+            return
+        self.sent += 1
+        self._done()
+
+    def _retry_or_drop(self, item: _Outgoing, delay: float | None) -> None:
+        if item.attempts >= self.config.max_attempts or self._stopped.is_set():
+            self.failed += 1
+            log.error(
+                "slack: gave up on a %s alert for job %s cycle %s after %d attempt(s)",
+                item.kind,
+                item.job_id,
+                item.cycle,
+                item.attempts,
+            )
+            self._done()
+            return
+        if delay is None:
+            delay = self.config.backoff_s * (2 ** (item.attempts - 1))
+        item.not_before = time.monotonic() + min(delay, self.config.max_backoff_s)
+        self._pending.append(item)
+
+    def _done(self) -> None:
+        with self._idle:
+            self._busy -= 1
+            self._idle.notify_all()
+
+    def _drain_on_close(self) -> None:
+        for item in self._pending:
+            self.failed += 1
+            log.error("slack: shutting down, dropped a %s alert for job %s", item.kind, item.job_id)
+            self._done()
+        self._pending.clear()
+
+    # ------------------------------------------------------------------------ control
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued alert is sent or given up; True if the queue is empty."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._busy > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is due within `timeout`, then stop the worker."""
+        self.flush(timeout)
+        self._stopped.set()
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+
+def _retry_after(headers: Mapping[str, Any]) -> float:
+    for key, value in headers.items():
+        if str(key).lower() == "retry-after":
+            raw = value[0] if isinstance(value, list | tuple) else value
+            try:
+                return max(0.0, float(raw))
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+# ---------------------------------------------------------------------------- CLI flags
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the Slack flags of `relaunch serve`."""
+    group = parser.add_argument_group("Slack alerts")
+    group.add_argument(
+        "--slack-token-file",
+        metavar="PATH",
+        help=f"file holding the Slack bot token (default: ${ENV_TOKEN})",
+    )
+    group.add_argument(
+        "--slack-channel", metavar="CHANNEL", help="channel to post to; enables Slack alerts"
+    )
+    group.add_argument(
+        "--slack-on",
+        action="append",
+        choices=TRIGGERS,
+        metavar="{stop,failure,recurring}",
+        help="when to post (repeatable); STOP verdicts are always posted",
+    )
+    group.add_argument(
+        "--dashboard-url",
+        metavar="URL",
+        help="public URL of the dashboard, linked from alerts (e.g. http://host:8000)",
+    )
+    group.add_argument(
+        "--slack-base-url",
+        default=DEFAULT_BASE_URL,
+        metavar="URL",
+        help=argparse.SUPPRESS,  # tests and Slack-compatible gateways
+    )
+
+
+def read_token(token_file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The bot token from `token_file`, else from $SLACK_BOT_TOKEN; None when neither."""
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read --slack-token-file {token_file}: {exc.strerror}"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"--slack-token-file {token_file} is not text") from exc
+        if not token:
+            raise ValueError(f"--slack-token-file {token_file} is empty")
+        return token
+    env = os.environ if environ is None else environ
+    return env.get(ENV_TOKEN) or None
+
+
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> SlackConfig | None:
+    """A `SlackConfig` when `--slack-channel` is given, else None. ValueError on bad flags."""
+    channel = getattr(args, "slack_channel", None)
+    token_file = getattr(args, "slack_token_file", None)
+    on: Iterable[str] = getattr(args, "slack_on", None) or ()
+    if not channel:
+        if token_file or on:
+            raise ValueError("--slack-token-file/--slack-on need --slack-channel")
+        return None
+    token = read_token(token_file, environ)
+    if not token:
+        raise ValueError(f"--slack-channel needs a token: --slack-token-file or ${ENV_TOKEN}")
+    base_url = getattr(args, "slack_base_url", None) or DEFAULT_BASE_URL
+    if not base_url.endswith("/"):
+        base_url += "/"
+    return SlackConfig(
+        token=token,
+        channel=channel,
+        on=frozenset(on) | {"stop"},
+        dashboard_url=getattr(args, "dashboard_url", None),
+        base_url=base_url,
+    )
+
+
+def from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> SlackNotifier | None:
+    """A running `SlackNotifier` when the flags configure Slack, else None.
+
+    Raises `relaunch_cli.errors.UserError` (a one-line error) on bad flags.
+    """
+    from relaunch_cli.errors import UserError
+
+    try:
+        config = config_from_args(args, environ)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    return None if config is None else SlackNotifier(config)
