@@ -1,0 +1,248 @@
+"""Storage: schema, migrations, upsert (replace, never duplicate), per-job bound, bad input.
+
+Runs against a real SQLite file, and against PostgreSQL when RELAUNCH_TEST_PG_URL is set.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+import storage
+from storage import StorageError, open_repository
+from storage.models import Cycle, EvidenceRow, Job
+from tests._storage_helpers import pg_url_or_skip, sqlite_url, verdict
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path)
+    return pg_url_or_skip()
+
+
+@pytest.fixture
+def repo(url: str):
+    r = open_repository(url)
+    yield r
+    r.close()
+
+
+def _count(repo, model) -> int:
+    with repo.read_session() as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def test_default_url_is_under_relaunch_home_in_wal_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAUNCH_HOME", str(tmp_path / "home"))
+    assert storage.default_url() == f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}"
+    repo = open_repository()
+    repo.save_verdict("j", 0, verdict())
+    repo.close()
+    db = tmp_path / "home" / "relaunch.db"
+    assert db.is_file()
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("SELECT count(*) FROM cycles").fetchone()[0] == 1
+    con.close()
+
+
+def test_relaunch_home_defaults_to_dot_relaunch(monkeypatch):
+    monkeypatch.delenv("RELAUNCH_HOME", raising=False)
+    assert storage.relaunch_home() == Path.home() / ".relaunch"
+
+
+def test_save_then_read_back_everything(repo):
+    repo.register_cycle("job-a", 0, "/logs/cycle_0.log", node="node7")
+    v = verdict("STOP", rule="workload_recurrence", last_iteration=120)
+    rec = repo.save_verdict(
+        "job-a", 0, v, log_identity={"path": "/logs/cycle_0.log", "size": 4096, "sha256": "ab" * 32}
+    )
+    assert rec.decision == "STOP" and rec.status == "analysed"
+    got = repo.get_cycle("job-a", 0)
+    assert got is not None
+    assert got.verdict == v
+    assert (got.node, got.log_path, got.log_size, got.log_sha256) == (
+        "node7",
+        "/logs/cycle_0.log",
+        4096,
+        "ab" * 32,
+    )
+    assert (got.rule, got.fingerprint, got.failure_class, got.domain, got.last_iteration) == (
+        "workload_recurrence",
+        "cuda_oom:CUDA out of memory",
+        "cuda_oom",
+        "workload",
+        120,
+    )
+    assert got.started_at is not None and got.analysed_at is not None
+    assert got.started_at.tzinfo is not None
+    # primary first, then the supporting lines (the primary's own line is not repeated)
+    assert [(e["line"], e["primary"]) for e in got.evidence] == [(10, True), (12, False)]
+    d = got.to_dict()
+    assert isinstance(d["analysed_at"], str) and d["verdict"]["decision"] == "STOP"
+
+
+def test_resaving_a_cycle_replaces_it_and_its_evidence(repo):
+    repo.save_verdict("j", 3, verdict("RESTART", evidence_lines=(10, 11, 12, 13)))
+    repo.save_verdict("j", 3, verdict("STOP", rule="second", evidence_lines=(10, 20)))
+    assert _count(repo, Cycle) == 1
+    assert _count(repo, Job) == 1
+    assert _count(repo, EvidenceRow) == 2
+    got = repo.get_cycle("j", 3)
+    assert got.decision == "STOP" and got.rule == "second"
+    assert [e["line"] for e in got.evidence] == [10, 20]
+
+
+def test_register_after_verdict_keeps_verdict_and_verdict_keeps_registration(repo):
+    repo.register_cycle("j", 1, "/l/1.log", node="n1")
+    repo.save_verdict("j", 1, verdict())
+    repo.register_cycle("j", 1, "/l/1.log")
+    got = repo.get_cycle("j", 1)
+    assert got.decision == "RESTART" and got.node == "n1" and got.log_path == "/l/1.log"
+    assert _count(repo, Cycle) == 1
+
+
+def test_prior_verdicts_only_earlier_cycles_oldest_first(repo):
+    for c in (4, 0, 2, 1):
+        repo.save_verdict("j", c, verdict(rule=f"r{c}"))
+    repo.register_cycle("j", 3, "/l/3.log")  # registered, not analysed: no verdict
+    repo.save_verdict("other", 0, verdict(rule="other"))
+    prior = repo.prior_verdicts("j", 4)
+    assert [c for c, _ in prior] == [0, 1, 2]
+    assert [v["rule"] for _, v in prior] == ["r0", "r1", "r2"]
+    assert [c for c, _ in repo.prior_verdicts("j", 4, limit=2)] == [1, 2]
+    assert repo.prior_verdicts("j", 0) == []
+    assert repo.prior_verdicts("nobody", 10) == []
+
+
+def test_history_is_bounded_per_job_oldest_pruned(url):
+    repo = open_repository(url, max_cycles_per_job=3)
+    for c in range(6):
+        repo.save_verdict("j", c, verdict(evidence_lines=(10, 11)))
+    repo.save_verdict("k", 0, verdict())
+    assert [c.cycle for c in repo.list_cycles("j")] == [3, 4, 5]
+    assert [c.cycle for c in repo.list_cycles("k")] == [0]
+    # evidence rows of pruned cycles are gone too: 4 cycles x 2 rows
+    assert _count(repo, EvidenceRow) == 8
+    # re-saving a kept cycle does not prune anything
+    repo.save_verdict("j", 3, verdict())
+    assert [c.cycle for c in repo.list_cycles("j")] == [3, 4, 5]
+    repo.close()
+
+
+def test_list_jobs_search_next_cycle(repo):
+    repo.save_verdict("a", 0, verdict(fingerprint="fp1", failure_class="nccl_error"))
+    repo.save_verdict("a", 1, verdict("STOP", fingerprint="fp2", failure_class="cuda_oom"))
+    repo.save_verdict("b", 0, verdict(fingerprint="fp1", failure_class="nccl_error"))
+    repo.register_cycle("c", 0, "/x.log")
+    jobs = {j.job_id: j for j in repo.list_jobs()}
+    assert set(jobs) == {"a", "b", "c"}
+    assert (jobs["a"].cycles, jobs["a"].last_cycle, jobs["a"].last_decision) == (2, 1, "STOP")
+    assert (jobs["c"].cycles, jobs["c"].last_decision) == (1, None)
+    assert repo.get_job("a").last_failure_class == "cuda_oom"
+    assert repo.get_job("zzz") is None
+    assert {(r.job_id, r.cycle) for r in repo.search(fingerprint="fp1")} == {("a", 0), ("b", 0)}
+    assert [(r.job_id, r.cycle) for r in repo.search(failure_class="cuda_oom")] == [("a", 1)]
+    assert repo.search(fingerprint="fp1", failure_class="cuda_oom") == []
+    assert len(repo.search(limit=1)) == 1
+    assert repo.next_cycle("a") == 2 and repo.next_cycle("new") == 0
+    assert repo.next_cycle("new", first=1) == 1
+
+
+def test_fr_llm_audit_state_attach_without_touching_the_verdict(repo):
+    v = verdict()
+    repo.save_verdict("j", 0, v)
+    repo.save_fr_findings("j", 0, {"culprit_ranks": [5], "groups": []})
+    repo.save_llm("j", 0, {"contributed": True, "model": "m"})
+    repo.set_audit_path("j", 0, "/audit/j/0.json")
+    repo.set_job_state("j", "stopped")
+    got = repo.get_cycle("j", 0)
+    assert got.verdict == v and got.decision == "RESTART"
+    assert got.fr_findings == {"culprit_ranks": [5], "groups": []}
+    assert got.llm == {"contributed": True, "model": "m"} and got.llm_contributed is True
+    assert got.audit_path == "/audit/j/0.json"
+    assert repo.get_job("j").state == "stopped"
+    # re-analysis replaces the verdict but keeps FR findings attached to the cycle
+    repo.save_verdict("j", 0, verdict("STOP"))
+    assert repo.get_cycle("j", 0).fr_findings == {"culprit_ranks": [5], "groups": []}
+
+
+def test_history_survives_reopening(url):
+    r1 = open_repository(url)
+    r1.save_verdict("j", 0, verdict(rule="persisted"))
+    r1.close()
+    r2 = open_repository(url)
+    assert r2.get_cycle("j", 0).rule == "persisted"
+    r2.close()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda r: r.save_verdict("", 0, verdict()), "job_id must be a non-empty string"),
+        (lambda r: r.save_verdict(None, 0, verdict()), "job_id must be a non-empty string"),
+        (lambda r: r.save_verdict("x" * 256, 0, verdict()), "longer than 255"),
+        (lambda r: r.save_verdict("j", -1, verdict()), "non-negative integer"),
+        (lambda r: r.save_verdict("j", True, verdict()), "non-negative integer"),
+        (lambda r: r.save_verdict("j", "1", verdict()), "non-negative integer"),
+        (lambda r: r.save_verdict("j", 0, "STOP"), "verdict must be a dict"),
+        (lambda r: r.save_verdict("j", 0, {"decision": "MAYBE"}), "STOP or RESTART"),
+        (lambda r: r.save_verdict("j", 0, {"decision": "STOP", "x": math.nan}), "JSON"),
+        (lambda r: r.save_verdict("j", 0, {"decision": "STOP", "x": object()}), "JSON"),
+        (lambda r: r.save_fr_findings("j", 0, [1, 2]), "findings must be a dict"),
+        (lambda r: r.set_job_state("j", "exploded"), "job state must be one of"),
+        (lambda r: r.search(limit=0), "limit must be"),
+        (lambda r: r.prior_verdicts("j", -2), "non-negative integer"),
+    ],
+)
+def test_bad_input_is_rejected_and_loses_nothing(repo, call, message):
+    repo.save_verdict("j", 0, verdict(rule="kept"))
+    with pytest.raises(ValueError, match=message):
+        call(repo)
+    assert repo.get_cycle("j", 0).rule == "kept"
+    assert _count(repo, Cycle) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("not a url", "not a database URL"),
+        ("", "empty database URL"),
+        ("nosuchdb://host/x", "unsupported database URL scheme"),
+    ],
+)
+def test_bad_urls_get_a_clear_error(url, message):
+    with pytest.raises(StorageError, match=message):
+        open_repository(url)
+
+
+def test_database_path_that_is_a_directory(tmp_path):
+    with pytest.raises(StorageError, match="is a directory"):
+        open_repository(f"sqlite:///{tmp_path}")
+
+
+def test_not_a_database_file(tmp_path):
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"this is not sqlite\x00" * 100)
+    with pytest.raises(StorageError, match="cannot open database"):
+        open_repository(f"sqlite:///{bad}")
+    assert bad.read_bytes() == b"this is not sqlite\x00" * 100  # left as it was
+
+
+def test_in_memory_sqlite_works():
+    repo = open_repository("sqlite://")
+    repo.save_verdict("j", 0, verdict())
+    assert repo.get_cycle("j", 0).decision == "RESTART"
+
+
+def test_history_query_indexes_exist(repo):
+    insp = inspect(repo.engine)
+    idx = {tuple(i["column_names"]) for i in insp.get_indexes("cycles")}
+    assert ("fingerprint",) in idx and ("failure_class",) in idx
+    uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("cycles")}
+    assert ("job_pk", "cycle") in uniques
