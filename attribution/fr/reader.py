@@ -1,0 +1,510 @@
+"""Read Flight Recorder dump files safely and turn each into a compact `RankDump`.
+
+Owns: finding dump files (one per rank, named `<prefix><rank>`), decoding the pickled form
+with a restricted unpickler (plain containers and scalars only: any class or callable in
+the stream is refused), decoding the JSON form, and normalising the versions torch 2.x has
+written (`seq_id` / `collective_seq_id`, `nccl_version` / `comm_lib_version`, string or
+integer `pg_status` values, `process_group` as tuple or list) into per-process-group state.
+
+Only what the analyzer needs survives normalisation: per group the last enqueued / started /
+completed sequence numbers and the entries still pending (enqueued, not completed), so a
+4,096-rank set stays small in memory and cheap to hand between processes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# A file is a rank dump when its name ends in the rank number (an optional
+# .json/.pkl/.pickle suffix is allowed): `_dump_3`, `comm_lib_trace_rank_3`, `nccl_trace_rank_3.json`.
+_RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+_PEER_RE = re.compile(r"(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
+MAX_DUMP_BYTES = 1 << 30
+
+
+class DumpError(Exception):
+    """A file that is not a readable Flight Recorder dump (the message says why)."""
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler that builds only dicts, lists, tuples, str, bytes, numbers, bools and None.
+
+    Flight Recorder dumps contain nothing else. Any GLOBAL/STACK_GLOBAL opcode (how a pickle
+    names a class or function to call) is refused before anything is imported or called,
+    and persistent ids are refused as well.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"refused to load {module}.{name}: a Flight Recorder dump holds only plain data"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused a persistent id: not a Flight Recorder dump")
+
+
+def safe_loads(data: bytes) -> Any:
+    """Unpickle `data` allowing only plain containers and scalars (raises UnpicklingError)."""
+    # BufferedReader gives the C unpickler `peek`, which keeps it as fast as pickle.loads.
+    return _RestrictedUnpickler(io.BufferedReader(io.BytesIO(data))).load()
+
+
+@dataclass(slots=True)
+class Op:
+    """One pending (enqueued, not completed) Flight Recorder entry, or a coalesced set."""
+
+    seq: int
+    type: str
+    is_p2p: bool
+    collective_seq_id: int | None
+    p2p_seq_id: int | None
+    op_id: int | None
+    input_sizes: list[Any]
+    output_sizes: list[Any]
+    dtypes: list[str]
+    state: str
+    peers: tuple[tuple[int, int], ...] = ()  # (self local rank, peer local rank) for send/recv
+    names: list[str] = field(default_factory=list)
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree across ranks for a collective to match."""
+        return (self.type, json.dumps(self.input_sizes), tuple(self.dtypes))
+
+
+@dataclass(slots=True)
+class GroupState:
+    """One rank's view of one process group."""
+
+    name: str
+    desc: str
+    pg_id: str | None = None
+    enqueued: int | None = None
+    started: int | None = None
+    completed: int | None = None
+    status_source: str = "none"  # "pg_status", "entries" or "none"
+    pending: list[Op] = field(default_factory=list)
+    entries: int = 0
+
+
+@dataclass(slots=True)
+class RankDump:
+    """A normalised dump of one rank."""
+
+    rank: int
+    path: str
+    version: str
+    comm_lib_version: str
+    pg_config: dict[str, tuple[str, tuple[int, ...] | None]]
+    groups: dict[str, GroupState]
+    unmapped_pg_status: list[str]
+    entry_count: int
+
+
+@dataclass(slots=True)
+class DumpProblem:
+    """A file that could not be used, with the reason."""
+
+    path: str
+    rank: int | None
+    error: str
+
+
+@dataclass(slots=True)
+class DumpSet:
+    """Everything read from the given paths."""
+
+    dumps: dict[int, RankDump]
+    problems: list[DumpProblem]
+    ignored: list[str]
+    duplicates: list[str]
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def rank_from_name(path: str | os.PathLike[str]) -> int | None:
+    """The rank a dump file name ends in, or None when it does not end in digits."""
+    m = _RANK_RE.search(os.path.basename(os.fspath(path)))
+    return int(m.group(1)) if m else None
+
+
+def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """Expand directories; return (candidate dump files, ignored files in directories).
+
+    Files named explicitly are always candidates; inside a directory only names that end in
+    a rank number are, and others (e.g. `fault_injection.log`) are listed as ignored.
+    Raises FileNotFoundError for a path that does not exist.
+    """
+    files: list[str] = []
+    ignored: list[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                for n in sorted(names):
+                    full = os.path.join(root, n)
+                    (files if rank_from_name(n) is not None else ignored).append(full)
+        elif os.path.exists(p):
+            files.append(p)
+        else:
+            raise FileNotFoundError(p)
+    return files, ignored
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """Decode the bytes of one dump (pickle or JSON) into its raw dict; raises DumpError."""
+    if not data:
+        raise DumpError("empty file")
+    head = data[:64].lstrip()
+    if head.startswith(b"{"):
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DumpError(f"truncated or corrupt JSON dump ({exc.__class__.__name__})") from None
+    elif not head.startswith(b"\x80"):
+        raise DumpError("not a Flight Recorder dump (neither a pickle nor JSON)")
+    else:
+        try:
+            obj = safe_loads(data)
+        except pickle.UnpicklingError as exc:
+            msg = str(exc)
+            if msg.startswith("refused"):
+                raise DumpError(msg) from None
+            raise DumpError(f"truncated or corrupt pickle ({msg[:80]})") from None
+        except (EOFError, ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+            raise DumpError(f"truncated or corrupt pickle ({exc.__class__.__name__})") from None
+        except MemoryError:
+            raise DumpError("corrupt pickle (claims more memory than available)") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("entries"), list):
+        raise DumpError("not a Flight Recorder dump (no 'entries' list)")
+    if not any(k in obj for k in ("version", "pg_config", "pg_status")):
+        raise DumpError("not a Flight Recorder dump (no version, pg_config or pg_status)")
+    return obj
+
+
+# ----------------------------------------------------------------------------- normalising
+
+
+def _int(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_ranks(v: Any) -> tuple[int, ...] | None:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    if isinstance(v, (list, tuple)):
+        out = [_int(x) for x in v]
+        if all(x is not None for x in out):
+            return tuple(out)  # type: ignore[arg-type]
+    return None
+
+
+def _parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, val in raw.items():
+        if isinstance(val, dict):
+            name = str(val.get("name", key) or key)
+            desc = str(val.get("desc", "") or "")
+            ranks = _parse_ranks(val.get("ranks"))
+        else:  # oldest form: name -> ranks
+            name, desc, ranks = str(key), "", _parse_ranks(val)
+        if not name:
+            continue  # gloo writes {'': {'ranks': '[]'}}
+        out[name] = (desc, ranks)
+    return out
+
+
+def _op_type(name: str) -> str:
+    base = name.split(":", 1)[1] if ":" in name else name
+    return base.split(" ", 1)[0] or "unknown"
+
+
+def _entry_seq(e: dict[str, Any], is_p2p: bool, unit: str) -> int | None:
+    if unit == "op_id":
+        return _int(e.get("op_id"))
+    if is_p2p:
+        return _int(e.get("p2p_seq_id"))
+    v = e.get("collective_seq_id")
+    return _int(v if v is not None else e.get("seq_id"))
+
+
+def _entry_is_p2p(e: dict[str, Any]) -> bool:
+    v = e.get("is_p2p")
+    if isinstance(v, bool):
+        return v
+    return _PEER_RE.search(str(e.get("profiling_name", ""))) is not None
+
+
+def _entry_group(e: dict[str, Any]) -> tuple[str | None, str]:
+    pg = e.get("process_group")
+    if isinstance(pg, (list, tuple)) and pg:
+        return str(pg[0]), str(pg[1]) if len(pg) > 1 else ""
+    return None, ""
+
+
+def _choose_unit(status_enqueued: int | None, last: dict[str, Any] | None) -> str:
+    """pg_status counts in sequence ids (NCCL) or op ids (gloo); pick the one that fits."""
+    if status_enqueued is None or last is None:
+        return "seq"
+    is_p2p = _entry_is_p2p(last)
+    if _entry_seq(last, is_p2p, "seq") == status_enqueued:
+        return "seq"
+    if _int(last.get("op_id")) == status_enqueued:
+        return "op_id"
+    return "seq"
+
+
+def _map_pg_ids(
+    status_ids: Iterable[str],
+    known: dict[str, str],
+    pg_config: dict[str, tuple[str, tuple[int, ...] | None]],
+) -> dict[str, str]:
+    """Map this rank's local pg ids to group names.
+
+    Entries give the link directly. For pg ids with no entries, both the local ids and the
+    numeric group names are creation counters, so the k-th smallest id is the k-th smallest
+    name, which is used only when it agrees with every link the entries gave.
+    """
+    mapping = dict(known)
+    ids = sorted(status_ids, key=lambda s: (_int(s) is None, _int(s) or 0, s))
+    names = list(pg_config)
+    numeric = all(_int(n) is not None for n in names) and all(_int(i) is not None for i in ids)
+    if len(ids) == len(names) and numeric:
+        zipped = dict(zip(ids, sorted(names, key=int), strict=True))
+        if all(zipped.get(i) == n for i, n in known.items()):
+            for i, n in zipped.items():
+                mapping.setdefault(i, n)
+    unmapped_ids = [i for i in ids if i not in mapping]
+    unmapped_names = [n for n in names if n not in mapping.values()]
+    if len(unmapped_ids) == 1 and len(unmapped_names) == 1:
+        mapping[unmapped_ids[0]] = unmapped_names[0]
+    return mapping
+
+
+def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
+    """Turn a decoded dump into a RankDump (pure; tolerant of missing optional fields)."""
+    pg_config = _parse_pg_config(raw.get("pg_config"))
+    entries = [e for e in raw.get("entries", []) if isinstance(e, dict)]
+    raw_status = raw.get("pg_status") if isinstance(raw.get("pg_status"), dict) else {}
+
+    # Link local pg ids to group names, and remember the last entry of each group.
+    known: dict[str, str] = {}
+    desc_of: dict[str, str] = {n: d for n, (d, _) in pg_config.items()}
+    last_of: dict[str, dict[str, Any]] = {}
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        name, desc = _entry_group(e)
+        pg_id = e.get("pg_id")
+        if name is None:
+            if pg_id is None:
+                continue
+            name = known.get(str(pg_id), f"pg_id:{pg_id}")
+        if pg_id is not None:
+            known.setdefault(str(pg_id), name)
+        desc_of.setdefault(name, desc)
+        last_of[name] = e
+        by_group.setdefault(name, []).append(e)
+    mapping = _map_pg_ids(raw_status.keys(), known, pg_config)
+
+    groups: dict[str, GroupState] = {}
+    unmapped: list[str] = []
+    for pg_id, st in raw_status.items():
+        name = mapping.get(str(pg_id))
+        if name is None or not isinstance(st, dict):
+            unmapped.append(str(pg_id))
+            continue
+        gs = GroupState(name=name, desc=desc_of.get(name, ""), pg_id=str(pg_id))
+        gs.enqueued = _int(st.get("last_enqueued_collective"))
+        started = _int(st.get("last_started_collective"))
+        gs.started = started if started is not None and started >= 0 else None
+        gs.completed = _int(st.get("last_completed_collective"))
+        if gs.enqueued is not None and gs.completed is not None:
+            gs.status_source = "pg_status"
+        groups[name] = gs
+    for name in pg_config:
+        groups.setdefault(name, GroupState(name=name, desc=desc_of.get(name, "")))
+
+    for name, ents in by_group.items():
+        gs = groups.setdefault(name, GroupState(name=name, desc=desc_of.get(name, "")))
+        gs.entries = len(ents)
+        unit = _choose_unit(gs.enqueued, last_of.get(name))
+        if gs.status_source != "pg_status":
+            _status_from_entries(gs, ents, unit)
+        gs.pending = _pending_ops(ents, gs.completed, unit)
+    return RankDump(
+        rank=rank,
+        path=path,
+        version=str(raw.get("version", "")),
+        comm_lib_version=str(raw.get("comm_lib_version") or raw.get("nccl_version") or ""),
+        pg_config=pg_config,
+        groups=groups,
+        unmapped_pg_status=sorted(unmapped),
+        entry_count=len(entries),
+    )
+
+
+def _status_from_entries(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
+    """Without pg_status: enqueued = highest seq; completed = highest 'completed' entry."""
+    seqs = []
+    completed = []
+    for e in ents:
+        s = _entry_seq(e, _entry_is_p2p(e), unit)
+        if s is None:
+            continue
+        seqs.append(s)
+        if e.get("state") == "completed":
+            completed.append(s)
+    if not seqs:
+        return
+    done = set(completed)
+    not_done = [s for s in seqs if s not in done]
+    gs.enqueued = max(seqs)
+    gs.completed = min(not_done) - 1 if not_done else max(completed)
+    gs.status_source = "entries"
+
+
+def _pending_ops(ents: list[dict[str, Any]], completed: int | None, unit: str) -> list[Op]:
+    """Entries with a seq above `completed`, coalesced ops (same seq) merged into one."""
+    ops: dict[tuple[bool, int], Op] = {}
+    for e in ents:
+        is_p2p = _entry_is_p2p(e)
+        seq = _entry_seq(e, is_p2p, unit)
+        if seq is None:
+            continue
+        if completed is not None and seq <= completed:
+            continue
+        if completed is None and e.get("state") == "completed":
+            continue
+        pname = str(e.get("profiling_name", ""))
+        peers: tuple[tuple[int, int], ...] = ()
+        m = _PEER_RE.search(pname)
+        if m:
+            peers = ((int(m.group(2)), int(m.group(4))),)
+        key = (is_p2p, seq)
+        sizes = e.get("input_sizes") or []
+        dtypes = [str(d) for d in (e.get("input_dtypes") or [])]
+        op = ops.get(key)
+        if op is None:
+            ops[key] = Op(
+                seq=seq,
+                type=_op_type(pname),
+                is_p2p=is_p2p,
+                collective_seq_id=_int(e.get("collective_seq_id", e.get("seq_id"))),
+                p2p_seq_id=_int(e.get("p2p_seq_id")),
+                op_id=_int(e.get("op_id")),
+                input_sizes=list(sizes),
+                output_sizes=list(e.get("output_sizes") or []),
+                dtypes=dtypes,
+                state=str(e.get("state", "")),
+                peers=peers,
+                names=[pname],
+            )
+        else:  # coalesced: several entries share one sequence id
+            op.names.append(pname)
+            op.input_sizes.extend(sizes)
+            op.output_sizes.extend(e.get("output_sizes") or [])
+            op.dtypes.extend(dtypes)
+            op.peers += peers
+            if op.type != "coalesced":
+                op.type = "coalesced"
+    return sorted(ops.values(), key=lambda o: o.seq)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump:
+    """Read and normalise one dump file; raises DumpError or OSError."""
+    path = os.fspath(path)
+    if rank is None:
+        rank = rank_from_name(path)
+    size = os.path.getsize(path)
+    if size > MAX_DUMP_BYTES:
+        raise DumpError(f"file is {size} bytes, over the {MAX_DUMP_BYTES}-byte limit")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    raw = decode(data)
+    if rank is None:
+        rank = _int(raw.get("rank"))
+    if rank is None:
+        raise DumpError("a dump, but its file name does not end in the rank number")
+    return normalise(raw, rank, path)
+
+
+def _read_one(path: str) -> RankDump | DumpProblem:
+    rank = rank_from_name(path)
+    try:
+        return read_dump(path, rank)
+    except DumpError as exc:
+        return DumpProblem(path, rank, str(exc))
+    except OSError as exc:
+        return DumpProblem(path, rank, f"unreadable: {exc.strerror or exc.__class__.__name__}")
+    except RecursionError:
+        return DumpProblem(path, rank, "corrupt dump (nesting too deep)")
+
+
+def _read_chunk(paths: list[str]) -> list[RankDump | DumpProblem]:
+    import gc
+
+    gc.disable()  # unpickling thousands of small dicts: the cyclic GC only costs time here
+    try:
+        return [_read_one(p) for p in paths]
+    finally:
+        gc.enable()
+
+
+def read_paths(paths: Sequence[str | os.PathLike[str]], workers: int | None = None) -> DumpSet:
+    """Read every dump under `paths` (files or directories).
+
+    Unreadable, truncated, corrupt and non-dump files become `DumpSet.problems`; a path that
+    does not exist raises FileNotFoundError. `workers` > 1 reads in that many processes
+    (default: one per CPU for sets of 256 files or more, else in this process).
+    """
+    files, ignored = find_dump_files(paths)
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 16) if len(files) >= 256 else 1
+    results: list[RankDump | DumpProblem]
+    if workers > 1 and len(files) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        n = max(1, len(files) // (workers * 4))
+        chunks = [files[i : i + n] for i in range(0, len(files), n)]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = [r for part in pool.map(_read_chunk, chunks) for r in part]
+    else:
+        results = _read_chunk(files)
+    dumps: dict[int, RankDump] = {}
+    problems: list[DumpProblem] = []
+    duplicates: list[str] = []
+    for r in results:
+        if isinstance(r, DumpProblem):
+            problems.append(r)
+        elif r.rank in dumps:
+            duplicates.append(r.path)
+        else:
+            dumps[r.rank] = r
+    return DumpSet(dumps=dumps, problems=problems, ignored=ignored, duplicates=duplicates)
+
+
+def as_path_list(paths: Iterable[str | Path]) -> list[str]:
+    """Paths as strings (helper for callers holding Path objects)."""
+    return [os.fspath(p) for p in paths]
