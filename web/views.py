@@ -1,0 +1,284 @@
+"""View models of the dashboard: turn repository records into what the templates show.
+
+Pure functions over `storage.records.JobRecord`/`CycleRecord` (or their `to_dict()`
+forms): durations, exit causes, the progress plot's coordinates, the cycle page's
+evidence split into primary / supporting / folded cascades, FR findings and the LLM
+explanation. No I/O, no HTML: the templates escape everything they print.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import datetime
+from typing import Any
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+
+
+def as_dict(record: Any) -> dict[str, Any]:
+    """A record (dataclass with or without `to_dict`, or a mapping) as a plain dict."""
+    if record is None:
+        return {}
+    if isinstance(record, Mapping):
+        return dict(record)
+    if hasattr(record, "to_dict"):
+        return dict(record.to_dict())
+    if is_dataclass(record) and not isinstance(record, type):
+        return asdict(record)
+    raise TypeError(f"cannot show a {type(record).__name__}")
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def fmt_time(value: Any) -> str:
+    t = _time(value)
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else ""
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
+
+
+def duration_s(cycle: Mapping[str, Any]) -> float | None:
+    """Seconds the cycle ran: start to end (or to its analysis when no end was recorded)."""
+    start = _time(cycle.get("started_at"))
+    end = _time(cycle.get("ended_at")) or _time(cycle.get("analysed_at"))
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds()
+
+
+def _verdict(cycle: Mapping[str, Any]) -> dict[str, Any]:
+    v = cycle.get("verdict")
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+def exit_cause(cycle: Mapping[str, Any]) -> str:
+    """One line: the primary failure class (and its text), or why there is none."""
+    verdict = _verdict(cycle)
+    primary = verdict.get("primary") or {}
+    fclass = cycle.get("failure_class") or primary.get("failure_class")
+    if fclass:
+        return str(fclass)
+    if cycle.get("status") == "registered":
+        return "running" if not cycle.get("ended_at") else "awaiting analysis"
+    return "no failure evidence"
+
+
+def progress_reached(cycle: Mapping[str, Any]) -> int | None:
+    it = cycle.get("last_iteration")
+    if it is None:
+        it = (_verdict(cycle).get("progress") or {}).get("last_iteration")
+    return it if isinstance(it, int) and not isinstance(it, bool) else None
+
+
+def cycle_row(record: Any) -> dict[str, Any]:
+    """One row of a job's cycle timeline."""
+    c = as_dict(record)
+    verdict = _verdict(c)
+    d = duration_s(c)
+    return {
+        "cycle": c.get("cycle"),
+        "status": c.get("status"),
+        "node": c.get("node"),
+        "started": fmt_time(c.get("started_at")),
+        "duration": fmt_duration(d),
+        "duration_s": d,
+        "cause": exit_cause(c),
+        "basis": c.get("basis") or verdict.get("basis") or "",
+        "decision": c.get("decision") or verdict.get("decision"),
+        "rule": c.get("rule") or verdict.get("rule"),
+        "fingerprint": c.get("fingerprint"),
+        "iteration": progress_reached(c),
+        "checkpoint": c.get("last_checkpoint"),
+        "llm": bool(c.get("llm_contributed")) or bool(c.get("llm")),
+    }
+
+
+def job_row(record: Any) -> dict[str, Any]:
+    j = as_dict(record)
+    return {
+        "job_id": j.get("job_id"),
+        "state": j.get("state") or "unknown",
+        "cycles": j.get("cycles") or 0,
+        "last_cycle": j.get("last_cycle"),
+        "last_decision": j.get("last_decision"),
+        "last_rule": j.get("last_rule"),
+        "last_failure_class": j.get("last_failure_class"),
+        "updated": fmt_time(j.get("updated_at")),
+        "created": fmt_time(j.get("created_at")),
+        "live": (j.get("state") or "unknown") not in TERMINAL_STATES,
+    }
+
+
+@dataclass
+class Plot:
+    """An inline SVG plot of progress (last iteration) per cycle, laid out in Python."""
+
+    width: int = 640
+    height: int = 200
+    pad_left: int = 64
+    pad_bottom: int = 28
+    pad_top: int = 12
+    pad_right: int = 16
+    points: list[dict[str, Any]] = field(default_factory=list)
+    path: str = ""
+    y_max: int = 0
+    x_labels: list[dict[str, Any]] = field(default_factory=list)
+    empty: bool = True
+
+
+def progress_plot(rows: Sequence[Mapping[str, Any]], width: int = 640, height: int = 200) -> Plot:
+    """Coordinates of the progress plot: one point per cycle that reported progress."""
+    plot = Plot(width=width, height=height)
+    known = [r for r in rows if r.get("iteration") is not None and r.get("cycle") is not None]
+    if not known:
+        return plot
+    plot.empty = False
+    cycles = [int(r["cycle"]) for r in rows if r.get("cycle") is not None]
+    c_min, c_max = min(cycles), max(cycles)
+    y_max = max(int(r["iteration"]) for r in known) or 1
+    plot.y_max = y_max
+    inner_w = width - plot.pad_left - plot.pad_right
+    inner_h = height - plot.pad_top - plot.pad_bottom
+
+    def x(c: int) -> float:
+        if c_max == c_min:
+            return plot.pad_left + inner_w / 2
+        return plot.pad_left + (c - c_min) * inner_w / (c_max - c_min)
+
+    def y(v: int) -> float:
+        return plot.pad_top + inner_h - (v / y_max) * inner_h
+
+    coords = []
+    for r in known:
+        px, py = round(x(int(r["cycle"])), 1), round(y(int(r["iteration"])), 1)
+        coords.append(f"{px},{py}")
+        plot.points.append(
+            {
+                "x": px,
+                "y": py,
+                "cycle": r["cycle"],
+                "iteration": r["iteration"],
+                "decision": r.get("decision") or "",
+            }
+        )
+    plot.path = "M" + " L".join(coords)
+    step = max(1, (c_max - c_min) // 10 or 1)
+    plot.x_labels = [{"x": round(x(c), 1), "text": str(c)} for c in range(c_min, c_max + 1, step)]
+    return plot
+
+
+def llm_view(llm: Any) -> dict[str, Any] | None:
+    """The LLM explanation of a cycle, when an enrichment was stored."""
+    if not isinstance(llm, Mapping) or not llm:
+        return None
+    src: Mapping[str, Any] = llm
+    for key in ("enrichment", "answer", "result"):
+        inner = llm.get(key)
+        if isinstance(inner, Mapping) and "explanation" in inner:
+            src = inner
+            break
+    expl = src.get("explanation")
+    text = expl.get("text") if isinstance(expl, Mapping) else expl
+    citations = expl.get("citations") if isinstance(expl, Mapping) else None
+    outlook = src.get("recovery_outlook")
+    owner = src.get("owner")
+    return {
+        "text": str(text) if text else None,
+        "citations": [c for c in citations or [] if isinstance(c, Mapping)],
+        "owner": owner.get("value") if isinstance(owner, Mapping) else owner,
+        "outlook": outlook.get("value") if isinstance(outlook, Mapping) else outlook,
+        "outlook_text": outlook.get("text") if isinstance(outlook, Mapping) else None,
+        "model": llm.get("model"),
+        "error": llm.get("error"),
+        "contributed": llm.get("contributed"),
+        "raw": pretty_json(llm),
+    }
+
+
+def fr_view(findings: Any) -> dict[str, Any] | None:
+    if not isinstance(findings, Mapping) or not findings:
+        return None
+    return {
+        "culprit_ranks": list(findings.get("culprit_ranks") or []),
+        "summary": findings.get("summary") or findings.get("basis"),
+        "raw": pretty_json(findings),
+    }
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def key_values(value: Any) -> list[tuple[str, str]]:
+    """Flat (key, value) rows of a budgets/history dict; nested values as compact JSON."""
+    if not isinstance(value, Mapping):
+        return []
+    out = []
+    for k, v in value.items():
+        if isinstance(v, Mapping | list):
+            v = json.dumps(v, sort_keys=True, default=str)
+        out.append((str(k), "" if v is None else str(v)))
+    return out
+
+
+def cycle_detail(record: Any) -> dict[str, Any]:
+    """Everything the cycle page shows."""
+    c = as_dict(record)
+    verdict = _verdict(c)
+    primary = verdict.get("primary") or None
+    evidence = [e for e in (c.get("evidence") or verdict.get("evidence") or []) if e]
+    p_line = primary.get("line") if primary else None
+    supporting = []
+    for e in evidence:
+        is_primary = bool(e.get("is_primary")) or (
+            primary is not None
+            and e.get("line") == p_line
+            and e.get("failure_class") == primary.get("failure_class")
+        )
+        if not is_primary:
+            supporting.append(e)
+    row = cycle_row(c)
+    return {
+        **row,
+        "job_id": c.get("job_id"),
+        "log_path": c.get("log_path"),
+        "log_size": c.get("log_size"),
+        "log_sha256": c.get("log_sha256"),
+        "analysed": fmt_time(c.get("analysed_at")),
+        "ended": fmt_time(c.get("ended_at")),
+        "audit_path": c.get("audit_path"),
+        "primary": primary,
+        "supporting": supporting,
+        "cascades": list(verdict.get("cascades") or []),
+        "history": key_values(verdict.get("history")),
+        "budgets": key_values(verdict.get("budgets")),
+        "progress": verdict.get("progress") or {},
+        "fan_out": key_values(verdict.get("fan_out")),
+        "fr": fr_view(c.get("fr_findings") or verdict.get("fr")),
+        "llm": llm_view(c.get("llm")),
+        "llm_contributed": bool((verdict.get("llm") or {}).get("contributed")),
+        "has_verdict": bool(verdict),
+        "verdict_json": pretty_json(verdict) if verdict else "",
+    }
