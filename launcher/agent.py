@@ -1,0 +1,447 @@
+"""`relaunch run`'s supervisor: torch.distributed.elastic's LocalElasticAgent, extended.
+
+`RelaunchAgent` keeps elastic's rendezvous, worker start/stop and restart loop and adds:
+one cycle log per node per cycle (`launcher.cycle_log`), heartbeat hang detection
+(`launcher.heartbeat`), the attribution client (register at cycle start, request the
+analysis at cycle end without waiting, apply a STOP as soon as it arrives), and the node
+health preflight before each rendezvous. `launch(settings)` builds the rendezvous
+handler, the agent and its helpers, runs the job and returns the process exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from torch.distributed.elastic.agent.server.api import (
+    RunResult,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+from torch.distributed.run import _parse_rendezvous_config
+
+from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
+from launcher.config import RunSettings
+from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
+from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # workers failed and the restart budget is spent
+EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
+EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
+
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class _StopJob(Exception):
+    """Raised inside the agent loop when a STOP verdict ends the job between cycles."""
+
+
+class _NodeUnhealthy(Exception):
+    """The preflight found this node unhealthy."""
+
+
+@dataclass
+class _CycleState:
+    cycle: int
+    node: int | None
+    log: CycleLog
+    log_path: str
+    started: float
+    failure: str | None = None  # why the cycle failed (None: still running or succeeded)
+    stopped_by_verdict: bool = False
+    ended: bool = False
+    first_failed: set[int] | None = None  # local ranks that failed before elastic closed the rest
+
+
+def _describe_exit(rank: int, exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"rank {rank} killed by signal {name}"
+    return f"rank {rank} exited with code {exitcode}"
+
+
+class RelaunchAgent(LocalElasticAgent):
+    """LocalElasticAgent with per-cycle logs, heartbeats and verdicts."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        settings: RunSettings,
+        logs_specs: RankLogsSpecs,
+        attribution_factory: Any,
+        out: TextIO = sys.stderr,
+        sink_factory: Any = None,
+    ) -> None:
+        super().__init__(
+            spec=spec,
+            logs_specs=logs_specs,
+            start_method="spawn",
+            exit_barrier_timeout=300,
+            shutdown_timeout=max(1, int(round(settings.workers_stop_timeout))),
+        )
+        self.settings = settings
+        self._rank_logs = logs_specs
+        self._out = out
+        self._out_lock = threading.Lock()
+        self._sink_factory = sink_factory or (lambda path, cycle, node: FileSink(path))
+        self._heartbeats = HeartbeatServer(on_progress=self._on_progress)
+        self._cycle_no = -1
+        self._state: _CycleState | None = None
+        self._last_log_path: str | None = None
+        self._late_lines: list[str] = []
+        self._state_lock = threading.RLock()
+        self.verdicts: dict[int, VerdictInfo] = {}
+        self.stop_verdict: VerdictInfo | None = None
+        self.health_reason: str | None = None
+        self._monitor: RankMonitor | None = None
+        self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
+
+    # -- printing ---------------------------------------------------------------
+    def say(self, text: str) -> None:
+        with self._out_lock:
+            print(f"relaunch: {text}", file=self._out, flush=True)
+
+    def _warn(self, text: str) -> None:
+        self.say(f"warning: {text}")
+        self._event(f"warning: {text}")
+
+    def _event(self, text: str) -> None:
+        """A `[relaunch]` line in the current cycle log (or the last one, appended)."""
+        with self._state_lock:
+            st = self._state
+            if st is not None and not st.ended:
+                st.log.event(text)
+                return
+            self._late_lines.append(text)
+
+    def _flush_late_lines(self) -> None:
+        with self._state_lock:
+            lines, self._late_lines = self._late_lines, []
+            path = self._last_log_path
+        if lines and path:
+            with open(path, "a", encoding="utf-8") as fh:
+                for line in lines:
+                    fh.write(f"[relaunch] {line}\n")
+
+    # -- callbacks from other threads ---------------------------------------------
+    def _on_progress(self, cycle: int, rank: int, msg: dict) -> None:
+        parts = [f"progress rank={rank}"]
+        if "i" in msg:
+            parts.append(f"iteration={msg['i']}")
+        if msg.get("ckpt"):
+            parts.append(f"checkpoint={msg['ckpt']}")
+        self._event(" ".join(parts))
+
+    def _on_verdict(self, v: VerdictInfo) -> None:
+        self.verdicts[v.cycle] = v
+        rule = f" [{v.rule}]" if v.rule else ""
+        line = f"verdict cycle={v.cycle} decision={v.decision}{rule} source={v.source}: {v.reason}"
+        self.say(line)
+        self._event(line)
+        if (
+            v.decision == "STOP"
+            and self.settings.ft_attribution_stop_action == "no-restart"
+            and self.stop_verdict is None
+        ):
+            self.stop_verdict = v  # applied by the monitor loop at its next tick
+
+    # -- cycles -------------------------------------------------------------------
+    def _node(self, worker_group: WorkerGroup) -> int | None:
+        return worker_group.group_rank if self.settings.max_nodes > 1 else None
+
+    def _begin_cycle(self, worker_group: WorkerGroup) -> _CycleState:
+        self._cycle_no += 1
+        cycle, node = self._cycle_no, self._node(worker_group)
+        job_dir = self.settings.job_dir
+        log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
+        sink: LineSink = self._sink_factory(log_path, cycle, node)
+        spool = str(job_dir / ".spool" / Path(cycle_log_name(cycle, node)).stem)
+        self._rank_logs.set_spool_dir(spool)
+        log = CycleLog(sink, keep_spool=self.settings.ft_keep_rank_logs)
+        st = _CycleState(cycle, node, log, log_path, time.monotonic())
+        with self._state_lock:
+            self._state = st
+            self._last_log_path = log_path
+        ranks = [w.global_rank for w in worker_group.workers]
+        log.event(
+            f"cycle {cycle} start: job={self.settings.job_id} node={node if node is not None else 0} "
+            f"ranks={ranks[0]}..{ranks[-1]} world_size={worker_group.workers[0].world_size} "
+            f"restarts_left={self._remaining_restarts}/{self.settings.max_restarts}"
+        )
+        self.attribution.register(self.settings.job_id, cycle, log_path, node)
+        return st
+
+    def _end_cycle(self, outcome: str) -> None:
+        """Close the cycle log; a failed cycle's analysis is requested (never awaited)."""
+        with self._state_lock:
+            st = self._state
+            if st is None or st.ended:
+                return
+            st.log.event(
+                f"cycle {st.cycle} end: {outcome} after {time.monotonic() - st.started:.1f} s"
+            )
+            st.ended = True
+        st.log.close()
+        if st.failure is not None and not st.stopped_by_verdict:
+            self.attribution.request_analysis(self.settings.job_id, st.cycle, st.log_path, st.node)
+
+    # -- elastic hooks ------------------------------------------------------------
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        self._preflight()
+        super()._rendezvous(worker_group)
+
+    def _preflight(self) -> None:
+        s = self.settings
+        endpoint = s.ft_node_health_check_endpoint or None
+        if s.ft_gpu_health == "off" and endpoint is None:
+            return
+        from launcher.health import preflight
+
+        report = preflight(gpu=s.ft_gpu_health != "off", endpoint=endpoint)
+        if not report.healthy:
+            self.health_reason = report.reason
+            raise _NodeUnhealthy(report.reason)
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        if self.stop_verdict is not None:
+            raise _StopJob()
+        st = self._begin_cycle(worker_group)
+        monitor = RankMonitor(
+            st.cycle, self.settings.ft_heartbeat_timeout, self.settings.ft_initial_heartbeat_timeout
+        )
+        self._heartbeats.start_cycle(monitor)
+        self._monitor = monitor
+        os.environ[ENV_SOCKET] = self._heartbeats.path
+        os.environ[ENV_CYCLE] = str(st.cycle)
+        pids = super()._start_workers(worker_group)
+        self._wrap_close(st)
+        st.log.add_ranks(
+            {w.local_rank: w.global_rank for w in worker_group.workers}, self._rank_logs_spool()
+        )
+        return pids
+
+    def _wrap_close(self, st: _CycleState) -> None:
+        """Honour --workers-stop-timeout everywhere and remember which ranks failed first.
+
+        Elastic's process context closes the surviving workers itself (SIGTERM, then SIGKILL
+        after a fixed 30 s) as soon as one fails; the wrapper gives that close our timeout
+        and records the ranks that had failed before it, so the log names the root failure.
+        """
+        pc = self._pcontext
+        if pc is None:
+            return
+        original = pc.close
+        timeout_s = self.settings.workers_stop_timeout
+
+        def close(death_sig: signal.Signals | None = None, timeout: float | None = None) -> None:
+            if st.first_failed is None:
+                st.first_failed = set(getattr(pc, "_failures", {}).keys())
+            original(death_sig, timeout_s if timeout is None else timeout)
+
+        pc.close = close  # type: ignore[method-assign]
+
+    def _rank_logs_spool(self) -> str:
+        return str(self._rank_logs._spool)
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        st = self._state
+        if self.stop_verdict is not None and st is not None and not st.ended:
+            v = self.stop_verdict
+            st.stopped_by_verdict = True
+            st.failure = "stopped by verdict"
+            st.log.event(
+                f"stopping the job: STOP verdict for cycle {v.cycle}: {v.reason} "
+                f"(--ft-attribution-stop-action no-restart)"
+            )
+            self._remaining_restarts = 0
+            return RunResult(state=WorkerState.FAILED)
+        result = super()._monitor_workers(worker_group)
+        if st is None:
+            return result
+        if result.state == WorkerState.FAILED:
+            st.failure = self._describe_failures(st, result) or "worker group failed"
+        elif result.state == WorkerState.SUCCEEDED:
+            st.log.event("all ranks exited with code 0")
+        elif result.state == WorkerState.HEALTHY:
+            hang = self._monitor.find_hang() if self._monitor is not None else None
+            if hang is not None:
+                where = f" (in section {hang.section!r})" if hang.section else ""
+                phase = " (before its first heartbeat)" if hang.initial else ""
+                text = (
+                    f"hang detected: rank {hang.rank} sent no heartbeat for "
+                    f"{hang.silent_for:.1f} s{phase}{where}"
+                )
+                if hang.others:
+                    text += f"; also silent: ranks {','.join(map(str, hang.others))}"
+                st.log.event(text)
+                self.say(f"cycle {st.cycle}: {text}")
+                st.failure = text
+                return RunResult(state=WorkerState.FAILED)
+        return result
+
+    def _describe_failures(self, st: _CycleState, result: RunResult) -> str:
+        first = st.first_failed
+        roots, followers = [], []
+        for rank, f in sorted(result.failures.items()):
+            if first is None or f.local_rank in first:
+                roots.append(_describe_exit(rank, f.exitcode))
+            else:
+                followers.append(rank)
+        for d in roots:
+            st.log.event(d)
+        if followers:
+            st.log.event(
+                f"ranks {','.join(map(str, followers))} stopped by the launcher after the failure above"
+            )
+        return "; ".join(roots)
+
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        st = self._state
+        if st is not None and not st.ended:
+            st.log.event(
+                f"stopping workers: SIGTERM, SIGKILL after {self.settings.workers_stop_timeout:g} s"
+            )
+        self._shutdown(timeout=self._shutdown_timeout)
+        self._end_cycle("failed" if st is None or st.failure else "stopped")
+
+    def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        st = self._state
+        if st is not None:
+            reason = st.failure or "worker group unhealthy"
+            msg = (
+                f"restart: cycle {st.cycle} failed ({reason}); starting cycle {st.cycle + 1} "
+                f"({self._remaining_restarts} of {self.settings.max_restarts} restarts left after this one)"
+            )
+            st.log.event(msg)
+            self.say(msg)
+        super()._restart_workers(worker_group)
+
+    # -- the whole job ------------------------------------------------------------
+    def run_job(self) -> int:
+        """Run until success, budget exhausted or STOP; returns the exit code."""
+        code = EXIT_FAILED
+        try:
+            result = self.run()
+            if result is not None and not result.is_failed():
+                code = EXIT_OK
+        except _StopJob:
+            code = EXIT_STOPPED
+        except _NodeUnhealthy as exc:
+            self.say(f"node unhealthy, not joining the rendezvous: {exc}")
+            self._event(f"node unhealthy: {exc}")
+            code = EXIT_NODE_UNHEALTHY
+        finally:
+            st = self._state
+            if st is not None and not st.ended:
+                self._end_cycle("succeeded" if code == EXIT_OK else "failed")
+        # the last cycle's verdict is worth recording before the process ends
+        if code != EXIT_OK and not self.attribution.drain(timeout=60.0):
+            self.say("warning: the last verdict did not arrive within 60 s")
+        if self.stop_verdict is not None and code != EXIT_OK:
+            code = EXIT_STOPPED
+            v = self.stop_verdict
+            self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
+            self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
+        elif code == EXIT_OK:
+            self.say(f"job {self.settings.job_id} succeeded after {self._cycle_no + 1} cycle(s)")
+        elif code == EXIT_FAILED:
+            self.say(
+                f"job {self.settings.job_id} failed: restart budget ({self.settings.max_restarts}) spent"
+            )
+            self._event(f"job failed (exit code {EXIT_FAILED}): restart budget spent")
+        self._flush_late_lines()
+        return code
+
+    def close(self) -> None:
+        self.attribution.close()
+        self._heartbeats.close()
+
+
+def _worker_pythonpath() -> None:
+    """Make `launcher.client` importable in the workers without installing the project."""
+    current = os.environ.get("PYTHONPATH", "")
+    parts = [p for p in current.split(os.pathsep) if p]
+    if _REPO_ROOT not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*parts, _REPO_ROOT])
+
+
+def build_spec(settings: RunSettings) -> WorkerSpec:
+    """The elastic WorkerSpec and rendezvous handler (c10d by default), as torchrun does."""
+    rdzv_configs = _parse_rendezvous_config(settings.rdzv_conf)
+    if settings.rdzv_backend == "static":
+        rdzv_configs["rank"] = settings.node_rank
+    params = RendezvousParameters(
+        backend=settings.rdzv_backend,
+        endpoint=settings.rdzv_endpoint,
+        run_id=settings.rdzv_id,
+        min_nodes=settings.min_nodes,
+        max_nodes=settings.max_nodes,
+        **rdzv_configs,
+    )
+    master_addr = master_port = None
+    if settings.rdzv_backend == "static":
+        host, _, port = settings.rdzv_endpoint.rpartition(":")
+        master_addr, master_port = host, int(port)
+    return WorkerSpec(
+        role="default",
+        local_world_size=settings.nproc_per_node,
+        entrypoint=sys.executable,
+        args=("-u", settings.script, *settings.script_args),
+        rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
+        max_restarts=settings.max_restarts,
+        monitor_interval=settings.monitor_interval,
+        master_addr=master_addr,
+        master_port=master_port,
+    )
+
+
+def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None) -> int:
+    """Run one `relaunch run` job to its end; returns the exit code (see docs/launcher.md)."""
+    settings.job_dir.mkdir(parents=True, exist_ok=True)
+    _worker_pythonpath()
+    if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
+    os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+
+    def attribution_factory(on_verdict: Any, on_warning: Any) -> AttributionClient:
+        return make_client(
+            settings.ft_attribution_endpoint,
+            on_verdict,
+            on_warning,
+            db_url=settings.db_url(),
+            audit_dir=settings.audit_dir(),
+            llm_config=settings.llm_config,
+        )
+
+    spec = build_spec(settings)
+    agent = RelaunchAgent(
+        spec, settings, RankLogsSpecs(str(settings.job_dir)), attribution_factory, out, sink_factory
+    )
+    shutdown_rdzv = True
+    try:
+        return agent.run_job()
+    except SignalException as exc:
+        shutdown_rdzv = False
+        agent.say(f"received {exc.sigval.name}; workers stopped")
+        return 128 + int(exc.sigval)
+    finally:
+        agent.close()
+        if shutdown_rdzv:
+            with contextlib.suppress(Exception):  # closing the rendezvous is best effort
+                spec.rdzv_handler.shutdown()

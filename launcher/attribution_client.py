@@ -1,0 +1,293 @@
+"""The launcher's attribution client: register cycle logs, request analyses, collect verdicts.
+
+Four implementations behind one interface, chosen by `--ft-attribution-endpoint`:
+
+- `embedded` (default): `attribution.engine.AttributionEngine` over
+  `storage.open_repository(URL)` (SQLite) in a background thread of the launcher process.
+- `http://host:port` and `unix:///path`: the NVRx-compatible API of `relaunch serve`
+  (`POST /logs {log_path, job_id, cycle_id, analysis_intent}`, then
+  `GET /logs?log_path=...&wait=false` until `status == "completed"`).
+- `off`: nothing.
+
+No call blocks the restart path: `register` and `request_analysis` only queue work for
+one background thread, which delivers each verdict to the `on_verdict` callback. Any
+failure (endpoint unreachable, engine error) becomes a RESTART verdict with
+`source="fallback"` and a warning: never a crash, never a STOP.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class VerdictInfo:
+    """One cycle's verdict as the launcher uses it."""
+
+    cycle: int
+    decision: str  # "STOP" | "RESTART"
+    reason: str
+    rule: str | None = None
+    source: str = "embedded"  # embedded | http | fallback
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+OnVerdict = Callable[[VerdictInfo], None]
+OnWarning = Callable[[str], None]
+
+
+class AttributionClient:
+    """Base: a queue of tasks run in order by one daemon thread."""
+
+    name = "off"
+
+    def __init__(self, on_verdict: OnVerdict, on_warning: OnWarning) -> None:
+        self.on_verdict = on_verdict
+        self.on_warning = on_warning
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="relaunch-attribution", daemon=True)
+        self._thread.start()
+
+    # -- public, non-blocking -------------------------------------------------
+    def register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        self._submit(lambda: self._register(job_id, cycle, log_path, node))
+
+    def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        self._submit(lambda: self._analyze_safely(job_id, cycle, log_path, node))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for queued work (used only when the job is over)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self) -> None:
+        self._tasks.put(None)
+        self._thread.join(2.0)
+
+    # -- to implement ---------------------------------------------------------
+    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        """Tell the endpoint a cycle log exists (best effort)."""
+
+    def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
+        raise NotImplementedError
+
+    # -- machinery ------------------------------------------------------------
+    def _submit(self, task: Callable[[], None]) -> None:
+        with self._cond:
+            self._pending += 1
+        self._tasks.put(task)
+
+    def _loop(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            try:
+                task()
+            except Exception as exc:  # a bug in a task must not kill the thread
+                self.on_warning(f"attribution task failed: {type(exc).__name__}: {exc}")
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def _analyze_safely(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        try:
+            verdict = self._analyze(job_id, cycle, log_path, node)
+        except Exception as exc:
+            msg = f"attribution ({self.name}) failed for cycle {cycle}: {type(exc).__name__}: {exc}"
+            self.on_warning(msg + "; treating as RESTART")
+            verdict = VerdictInfo(cycle, "RESTART", f"no verdict ({msg})", None, "fallback")
+        self.on_verdict(verdict)
+
+
+class OffClient(AttributionClient):
+    """`--ft-attribution-endpoint off`: no analysis; the restart budget alone decides."""
+
+    name = "off"
+
+    def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        return None
+
+
+def _from_verdict_dict(cycle: int, verdict: dict[str, Any], source: str) -> VerdictInfo:
+    decision = str(verdict.get("decision") or "RESTART").upper()
+    if decision not in ("STOP", "RESTART"):
+        decision = "RESTART"
+    return VerdictInfo(
+        cycle=cycle,
+        decision=decision,
+        reason=str(verdict.get("basis") or verdict.get("reason") or ""),
+        rule=verdict.get("rule"),
+        source=source,
+        raw=verdict,
+    )
+
+
+class EmbeddedClient(AttributionClient):
+    """The analyzer and the SQLite history inside the launcher process."""
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        on_verdict: OnVerdict,
+        on_warning: OnWarning,
+        *,
+        db_url: str,
+        audit_dir: str | None = None,
+        llm_config: Any | None = None,
+    ) -> None:
+        self.db_url = db_url
+        self.audit_dir = audit_dir
+        self._llm_config = llm_config
+        self._engine: Any | None = None
+        self._repo: Any | None = None
+        super().__init__(on_verdict, on_warning)
+        self._submit(self._open)  # open (and migrate) the database off the restart path
+
+    def _open(self) -> None:
+        from attribution.engine import AttributionEngine
+        from storage import open_repository
+
+        self._repo = open_repository(self.db_url)
+        self._engine = AttributionEngine(self._repo, audit_dir=self.audit_dir)
+        if self.audit_dir is not None:
+            try:
+                from attribution.audit import AuditWriter
+            except ImportError as exc:
+                self.on_warning(f"audit artifacts unavailable: {exc}")
+            else:
+                self._engine.add_listener(AuditWriter(self.audit_dir, repo=self._repo))
+
+    def _ready(self) -> Any:
+        if self._engine is None:
+            raise RuntimeError("embedded attribution engine is not available")
+        return self._engine
+
+    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        if self._engine is not None:
+            self._engine.register_cycle(job_id, cycle, log_path, node=node)
+
+    def close(self) -> None:
+        super().close()
+        if self._engine is not None:
+            self._engine.close(timeout=10.0)  # let audit listeners finish
+
+    def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
+        verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
+        return _from_verdict_dict(cycle, verdict, "embedded")
+
+
+class HttpClient(AttributionClient):
+    """`relaunch serve` over TCP (`http://host:port`) or a Unix socket (`unix:///path`)."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        on_verdict: OnVerdict,
+        on_warning: OnWarning,
+        *,
+        endpoint: str,
+        request_timeout: float = 5.0,
+        poll_interval: float = 0.25,
+        verdict_timeout: float = 300.0,
+    ) -> None:
+        if endpoint.startswith("unix://"):
+            transport = httpx.HTTPTransport(uds=endpoint[len("unix://") :])
+            self._http = httpx.Client(
+                transport=transport, base_url="http://relaunch", timeout=request_timeout
+            )
+        else:
+            self._http = httpx.Client(base_url=endpoint.rstrip("/"), timeout=request_timeout)
+        self.endpoint = endpoint
+        self.poll_interval = poll_interval
+        self.verdict_timeout = verdict_timeout
+        self._warned_register = False
+        super().__init__(on_verdict, on_warning)
+
+    def _post(self, job_id: str, cycle: int, log_path: str, intent: str) -> None:
+        body = {
+            "log_path": log_path,
+            "job_id": job_id,
+            "cycle_id": cycle,
+            "analysis_intent": intent,
+        }
+        resp = self._http.post("/logs", json=body)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"POST /logs answered {resp.status_code}: {resp.text[:200]}")
+
+    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        try:
+            self._post(job_id, cycle, log_path, "track_only")
+        except Exception as exc:
+            if not self._warned_register:
+                self._warned_register = True
+                self.on_warning(f"attribution endpoint {self.endpoint} unreachable: {exc}")
+
+    def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
+        self._post(job_id, cycle, log_path, "terminal")
+        deadline = time.monotonic() + self.verdict_timeout
+        while True:
+            resp = self._http.get("/logs", params={"log_path": log_path, "wait": "false"})
+            if resp.status_code >= 400:
+                raise RuntimeError(f"GET /logs answered {resp.status_code}: {resp.text[:200]}")
+            data = resp.json()
+            if data.get("status") == "completed":
+                rec = data.get("recommendation") or {}
+                result = data.get("result") if isinstance(data.get("result"), dict) else {}
+                decision = str(rec.get("action") or result.get("decision") or "RESTART").upper()
+                if decision not in ("STOP", "RESTART"):
+                    decision = "RESTART"  # UNKNOWN: the default bias
+                return VerdictInfo(
+                    cycle=cycle,
+                    decision=decision,
+                    reason=str(rec.get("reason") or result.get("basis") or ""),
+                    rule=result.get("rule"),
+                    source=f"http:{rec.get('source') or 'service'}",
+                    raw=data,
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no verdict after {self.verdict_timeout:.0f} s")
+            time.sleep(self.poll_interval)
+
+    def close(self) -> None:
+        super().close()
+        self._http.close()
+
+
+def make_client(
+    endpoint: str,
+    on_verdict: OnVerdict,
+    on_warning: OnWarning,
+    *,
+    db_url: str,
+    audit_dir: str | None = None,
+    llm_config: Any | None = None,
+) -> AttributionClient:
+    """Build the client for `--ft-attribution-endpoint` (validated by the config)."""
+    if endpoint == "off":
+        return OffClient(on_verdict, on_warning)
+    if endpoint == "embedded":
+        return EmbeddedClient(
+            on_verdict, on_warning, db_url=db_url, audit_dir=audit_dir, llm_config=llm_config
+        )
+    if endpoint.startswith(("http://", "https://", "unix://")):
+        return HttpClient(on_verdict, on_warning, endpoint=endpoint)
+    raise ValueError(f"unknown attribution endpoint {endpoint!r}")

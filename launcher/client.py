@@ -1,0 +1,113 @@
+"""The worker-side API of `relaunch run`: heartbeats, named sections, progress reports.
+
+Use it from the training script (stdlib only, cheap to import, safe outside the launcher):
+
+    from launcher.client import heartbeat, section, report_progress, start_heartbeat
+
+    start_heartbeat(interval=5.0)          # optional background heartbeat thread
+    for it in range(start, steps):
+        with section("step"):              # a section counts as a heartbeat at entry and exit
+            train_step()
+        heartbeat()                         # explicit heartbeat
+        report_progress(iteration=it, checkpoint=path_or_None)
+
+Each call sends one JSON datagram to the launcher's Unix socket (`RELAUNCH_FT_SOCKET`).
+Sending never blocks and never raises: when the launcher is gone or the script runs
+without it, the calls do nothing. A rank is supervised for hangs from its first call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["heartbeat", "section", "report_progress", "start_heartbeat", "stop_heartbeat"]
+
+_lock = threading.Lock()
+_sock: socket.socket | None = None
+_said_hello = False
+_bg: threading.Thread | None = None
+_bg_stop = threading.Event()
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _cycle() -> int:
+    return int(os.environ.get("RELAUNCH_CYCLE", "-1"))
+
+
+def _send(kind: str, **fields: Any) -> None:
+    global _sock, _said_hello
+    path = os.environ.get("RELAUNCH_FT_SOCKET")
+    if not path:
+        return
+    with _lock:
+        try:
+            if _sock is None:
+                _sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                _sock.setblocking(False)
+            if not _said_hello:
+                _said_hello = True
+                _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
+            msg = {"r": _rank(), "c": _cycle(), "k": kind, "t": time.monotonic(), **fields}
+            _sock.sendto(json.dumps(msg).encode(), path)
+        except OSError:
+            pass  # launcher gone or socket buffer full: a lost heartbeat is not an error
+
+
+def heartbeat() -> None:
+    """Tell the launcher this rank is alive."""
+    _send("hb")
+
+
+@contextmanager
+def section(name: str) -> Iterator[None]:
+    """Mark a named section (e.g. "step", "checkpoint"); named in a hang report."""
+    _send("sec_start", s=str(name))
+    try:
+        yield
+    finally:
+        _send("sec_end", s=str(name))
+
+
+def report_progress(*, iteration: int | None = None, checkpoint: str | None = None) -> None:
+    """Report training progress; it appears in the cycle log and protects restarts."""
+    fields: dict[str, Any] = {}
+    if iteration is not None:
+        fields["i"] = int(iteration)
+    if checkpoint is not None:
+        fields["ckpt"] = str(checkpoint)
+    _send("progress", **fields)
+
+
+def start_heartbeat(interval: float = 5.0) -> None:
+    """Start a daemon thread that heartbeats every `interval` seconds (idempotent).
+
+    It proves the process is alive, not that training advances: a rank stuck in a
+    collective keeps heart-beating. Prefer explicit `heartbeat()` in the training loop.
+    """
+    global _bg
+    if _bg is not None and _bg.is_alive():
+        return
+    _bg_stop.clear()
+
+    def loop() -> None:
+        while not _bg_stop.wait(interval):
+            heartbeat()
+
+    heartbeat()
+    _bg = threading.Thread(target=loop, name="relaunch-heartbeat", daemon=True)
+    _bg.start()
+
+
+def stop_heartbeat() -> None:
+    """Stop the background heartbeat thread, if any."""
+    _bg_stop.set()

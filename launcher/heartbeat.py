@@ -1,0 +1,150 @@
+"""The launcher side of worker supervision: receive heartbeats, find hung ranks.
+
+Workers (through `launcher.client`) send small JSON datagrams to a Unix datagram socket
+whose path the launcher passes in `RELAUNCH_FT_SOCKET`. `HeartbeatServer` owns the socket
+and a receiver thread; `RankMonitor` keeps, per cycle, each rank's last heartbeat and
+open section and answers "which rank is hung?". Progress reports are handed to a
+callback so they land in the cycle log as `[relaunch] progress rank=R iteration=N`.
+
+A rank is supervised from its first message (the client sends `hello` when it is first
+used). Until its first heartbeat the initial timeout applies (initialisation is slow);
+after that the heartbeat timeout. A rank that never talks to the launcher is not
+supervised: it cannot be hung by this definition, only dead (which elastic sees).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+ENV_SOCKET = "RELAUNCH_FT_SOCKET"
+ENV_CYCLE = "RELAUNCH_CYCLE"
+_MAX_DGRAM = 65536
+
+
+@dataclass
+class _RankState:
+    first_seen: float
+    last_heartbeat: float | None = None
+    section: str | None = None
+
+
+@dataclass
+class Hang:
+    rank: int
+    silent_for: float
+    section: str | None
+    initial: bool
+    others: list[int] = field(default_factory=list)  # other ranks silent beyond their timeout
+
+
+@dataclass
+class RankMonitor:
+    """Heartbeat bookkeeping of one cycle. Thread-safe."""
+
+    cycle: int
+    heartbeat_timeout: float | None
+    initial_timeout: float | None
+    clock: Callable[[], float] = time.monotonic
+    _ranks: dict[int, _RankState] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(
+        self, rank: int, kind: str, section: str | None = None, sent_at: float | None = None
+    ) -> None:
+        """Record a message; `sent_at` is the sender's time.monotonic() (same clock on a node)."""
+        now = self.clock()
+        if sent_at is not None and now - 60.0 < sent_at < now:
+            now = sent_at  # order by when ranks spoke, not when the receiver got to it
+        with self._lock:
+            st = self._ranks.get(rank)
+            if st is None:
+                st = self._ranks[rank] = _RankState(first_seen=now)
+            if kind in ("hb", "sec_start", "sec_end", "progress"):
+                st.last_heartbeat = now
+            if kind == "sec_start":
+                st.section = section
+            elif kind == "sec_end":
+                st.section = None
+
+    def find_hang(self) -> Hang | None:
+        """The rank silent longest beyond its timeout, or None."""
+        now = self.clock()
+        worst: Hang | None = None
+        silent_ranks: list[int] = []
+        with self._lock:
+            for rank, st in self._ranks.items():
+                if st.last_heartbeat is None:
+                    limit, since, initial = self.initial_timeout, st.first_seen, True
+                else:
+                    limit, since, initial = self.heartbeat_timeout, st.last_heartbeat, False
+                if limit is None or limit <= 0:
+                    continue
+                silent = now - since
+                if silent <= limit:
+                    continue
+                silent_ranks.append(rank)
+                if worst is None or silent > worst.silent_for:
+                    worst = Hang(rank, silent, st.section, initial)
+        if worst is not None:
+            worst.others = sorted(r for r in silent_ranks if r != worst.rank)
+        return worst
+
+
+class HeartbeatServer:
+    """A Unix datagram socket in a private temp dir and the thread that reads it."""
+
+    def __init__(self, on_progress: Callable[[int, int, dict], None] | None = None) -> None:
+        base = "/tmp" if os.path.isdir("/tmp") else None  # short path: AF_UNIX limit is 108
+        self._dir = tempfile.mkdtemp(prefix="relaunch-", dir=base)
+        self.path = os.path.join(self._dir, "ft.sock")
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(self.path)
+        self._sock.settimeout(0.2)
+        self._monitor: RankMonitor | None = None
+        self._on_progress = on_progress
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
+        self._thread.start()
+
+    def start_cycle(self, monitor: RankMonitor) -> None:
+        self._monitor = monitor
+
+    def _loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data = self._sock.recv(_MAX_DGRAM)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._handle(data)
+
+    def _handle(self, data: bytes) -> None:
+        try:
+            msg = json.loads(data)
+            rank = int(msg["r"])
+            cycle = int(msg.get("c", -1))
+            kind = str(msg["k"])
+        except (ValueError, KeyError, TypeError):
+            return  # not ours or damaged: ignore, never crash the launcher
+        monitor = self._monitor
+        if monitor is None or cycle != monitor.cycle:
+            return  # a straggler of an earlier cycle
+        sent_at = msg.get("t")
+        monitor.observe(rank, kind, msg.get("s"), sent_at if isinstance(sent_at, float) else None)
+        if kind == "progress" and self._on_progress is not None:
+            self._on_progress(cycle, rank, msg)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(1.0)
+        self._sock.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

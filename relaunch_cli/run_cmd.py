@@ -1,0 +1,61 @@
+"""`relaunch run`: parse torchrun-style and `--ft-*` flags, resolve the config, launch.
+
+Options come from `launcher.config` (one table for the CLI and the YAML file); the job
+itself is `launcher.agent.launch`. Exit codes are documented in docs/launcher.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from relaunch_cli import llm_options
+from relaunch_cli.errors import UserError
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from launcher import config
+
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Launch and supervise a fault-tolerant torch.distributed training job.",
+        epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error, "
+        "3 stopped by a STOP verdict, 4 node unhealthy. See docs/launcher.md.",
+    )
+    parser.add_argument(
+        "--ft-cfg-path",
+        "--ft_cfg_path",
+        dest="ft_cfg_path",
+        default=None,
+        help="YAML file of options; an option given on the command line wins",
+    )
+    config.add_arguments(parser)
+    llm_options.add_arguments(parser)
+    parser.add_argument("script", help="training script (run as `python -u SCRIPT ARGS...`)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSettings
+    """Resolve defaults < YAML < CLI; raises UserError on a bad config."""
+    from launcher import config
+
+    cli = {k: v for k, v in vars(args).items() if k not in ("ft_cfg_path",)}
+    try:
+        settings = config.resolve(cli, args.ft_cfg_path)
+    except config.ConfigError as exc:
+        raise UserError(str(exc)) from None
+    if not os.path.isfile(settings.script):
+        raise UserError(f"training script not found: {settings.script}")
+    try:
+        settings.llm_config = llm_options.config_from_args(args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    from launcher.agent import launch
+
+    return launch(settings)

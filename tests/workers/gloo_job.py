@@ -1,0 +1,71 @@
+"""A 2-rank gloo job for the launcher tests; its failure mode is chosen by --mode.
+
+ok: a few all_reduce steps, heartbeats and progress, exit 0.
+crash_once: rank 1 SIGKILLs itself mid-run in cycle 0; later cycles succeed.
+hang_once: rank 1 stops heart-beating (sleeps) in cycle 0; later cycles succeed.
+bug: rank 0 hits the same deterministic bug in every cycle, before any progress.
+fail_always: rank 1 exits with code 7 in every cycle (no analysis-specific text).
+noisy: rank 0 prints a partial line, a huge line and many lines; exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from launcher.client import heartbeat, report_progress, section
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", default="ok")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--marker", default="")
+    a = p.parse_args()
+    cycle = int(os.environ.get("RELAUNCH_CYCLE", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    heartbeat()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    print(f"hello from rank {rank} of {dist.get_world_size()} in cycle {cycle}", flush=True)
+    if a.mode == "bug" and rank == 0:
+        cfg = {"lr": 0.1}
+        print(cfg["warmup_steps"])  # KeyError on every cycle: a workload bug
+    if a.mode == "fail_always" and rank == 1:
+        sys.exit(7)
+    if a.mode == "noisy" and rank == 0:
+        sys.stdout.write("partial ")
+        sys.stdout.flush()
+        time.sleep(0.2)
+        sys.stdout.write("line completed\n")
+        sys.stdout.write("H" * (3 << 20) + "\n")
+        for i in range(200):
+            print(f"noise {i}")
+        sys.stdout.write("no newline at the end")
+        sys.stdout.flush()
+    t = torch.ones(4)
+    for step in range(a.steps):
+        with section("step"):
+            dist.all_reduce(t)
+        heartbeat()
+        report_progress(iteration=step)
+        print(f"step {step} value {t[0].item():.0f}", flush=True)
+        if step == 1 and cycle == 0 and rank == 1:
+            if a.mode == "crash_once":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if a.mode == "hang_once":
+                time.sleep(3600)
+    if a.marker and rank == 0:
+        with open(a.marker, "a") as fh:
+            fh.write(f"done cycle {cycle}\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
