@@ -1,0 +1,195 @@
+"""The LLM enrichment listener: asks the model after a verdict is saved, never before.
+
+`EnrichmentListener(repo, config, policy)` is registered with
+`AttributionEngine.add_listener`. The engine calls it on its listener thread; it only
+queues the event and returns, so Slack, audit and export listeners are not held up
+either. Its own worker thread runs `restart_agent.llm.enrich_and_apply` under the
+config's hard timeout, then:
+
+- saves the verdict's `llm` object with `repo.save_llm` (always, errors included);
+- when the policy let a grounded answer shorten a workload bug's retry budget, replaces
+  the stored verdict of that cycle with the STOP (keeping log identity and audit path) —
+  but only if the stored verdict is still the one that was enriched;
+- writes `llm-<job>-cycle<N>.json` next to the audit artifacts when the engine has an
+  audit directory.
+
+A failing model, server, database or disk is logged (without the API key) and dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from restart_agent.llm import LLMConfig, enrich_and_apply
+from restart_agent.model import PolicyConfig
+from storage import HistoryRepository
+
+log = logging.getLogger(__name__)
+
+ResultHook = Callable[[Any, dict[str, Any]], Any]
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def audit_sidecar_path(audit_dir: str | os.PathLike[str], job_id: str, cycle: int) -> Path:
+    return Path(audit_dir) / f"llm-{_UNSAFE.sub('_', job_id)}-cycle{int(cycle)}.json"
+
+
+class EnrichmentListener:
+    """Engine listener that enriches each saved verdict in the background."""
+
+    def __init__(
+        self,
+        repo: HistoryRepository | None,
+        config: LLMConfig,
+        policy: PolicyConfig | None = None,
+        *,
+        apply_policy: bool = True,
+        max_pending: int = 64,
+        on_result: ResultHook | None = None,
+    ) -> None:
+        self.repo = repo
+        self.config = config
+        self.policy = policy or PolicyConfig()
+        self.apply_policy = apply_policy
+        self.on_result = on_result
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
+        self._thread = threading.Thread(
+            target=self._work, name="relaunch-llm-enrichment", daemon=True
+        )
+        self._closed = False
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"EnrichmentListener(model={self.config.model!r}, timeout_s={self.config.timeout_s})"
+
+    def __call__(self, event: Any) -> None:
+        """Queue `event` (a `VerdictEvent`) and return at once."""
+        if self._closed:
+            return
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            log.warning(
+                "LLM enrichment skipped for job %s cycle %s: %d enrichments already pending",
+                getattr(event, "job_id", "?"),
+                getattr(event, "cycle", "?"),
+                self._queue.maxsize,
+            )
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every queued enrichment is done; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish queued work (up to `timeout`, default the LLM timeout + 5 s) and stop."""
+        self.drain(self.config.timeout_s + 5 if timeout is None else timeout)
+        self._closed = True
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(1.0)
+
+    def _work(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                if event is None:
+                    return
+                self._handle(event)
+            except Exception as exc:
+                # messages from our own code and storage; the key never reaches them
+                log.error(
+                    "LLM enrichment of job %s cycle %s failed: %s: %s",
+                    getattr(event, "job_id", "?"),
+                    getattr(event, "cycle", "?"),
+                    type(exc).__name__,
+                    exc,
+                )
+            finally:
+                self._queue.task_done()
+
+    def _handle(self, event: Any) -> None:
+        verdict = event.verdict
+        result = enrich_and_apply(verdict, event.log_path, self.config, self.policy)
+        llm = result["llm"]
+        contributed = bool(llm.get("contributed")) and self.apply_policy
+        if not self.apply_policy and llm.get("contributed"):
+            llm = {**llm, "contributed": False, "not_used_because": "policy use is switched off"}
+            result = {**verdict, "llm": llm}
+        if self.repo is not None:
+            if contributed:
+                self._replace_verdict(event, result)
+            self.repo.save_llm(event.job_id, event.cycle, llm)
+        audit_dir = getattr(event, "audit_dir", None)
+        if audit_dir:
+            self._write_sidecar(audit_dir, event, result)
+        if self.on_result is not None:
+            self.on_result(event, result)
+
+    def _replace_verdict(self, event: Any, result: dict[str, Any]) -> None:
+        assert self.repo is not None
+        record = self.repo.get_cycle(event.job_id, event.cycle)
+        stored = record.verdict if record else None
+        if stored is None or _identity(stored) != _identity(event.verdict):
+            log.warning(
+                "LLM enrichment of job %s cycle %s not applied: the stored verdict changed meanwhile",
+                event.job_id,
+                event.cycle,
+            )
+            result["llm"]["contributed"] = False
+            result["llm"]["not_used_because"] = "the stored verdict changed meanwhile"
+            return
+        self.repo.save_verdict(
+            event.job_id,
+            event.cycle,
+            result,
+            log_identity=getattr(event, "log_identity", None)
+            or (record.log_identity if record else None),
+            audit_path=record.audit_path if record else None,
+        )
+
+    def _write_sidecar(self, audit_dir: str, event: Any, result: dict[str, Any]) -> None:
+        path = audit_sidecar_path(audit_dir, event.job_id, event.cycle)
+        payload = {
+            "job_id": event.job_id,
+            "cycle": event.cycle,
+            "log_path": event.log_path,
+            "deterministic": {k: event.verdict.get(k) for k in ("decision", "rule", "basis")},
+            "final": {k: result.get(k) for k in ("decision", "rule", "basis")},
+            "llm": result["llm"],
+            "llm_config": self.config.describe(),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".llm-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(payload, f, indent=2, sort_keys=True, default=str)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _identity(verdict: dict[str, Any]) -> tuple[Any, ...]:
+    primary = verdict.get("primary") or {}
+    return (
+        verdict.get("decision"),
+        verdict.get("rule"),
+        primary.get("fingerprint"),
+        primary.get("line"),
+    )
