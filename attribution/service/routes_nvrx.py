@@ -1,0 +1,103 @@
+"""The NVRx attrsvc-compatible endpoints: GET /healthz, POST /logs, GET /logs."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from attribution.service.errors import ERROR_RESPONSES, ApiError
+from attribution.service.paths import confine
+from attribution.service.schemas import Health, LogResult, LogSubmission, SubmitResponse
+from attribution.service.state import ServiceState, recommendation
+from attribution.service.tracker import TrackedLog
+
+router = APIRouter()
+
+
+def state_of(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+async def wait_future(fut: Future[Any], timeout_s: float) -> None:
+    """Wait for an analysis without blocking the event loop; errors stay in the future."""
+    if fut.done():
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout_s)
+    except (asyncio.TimeoutError, Exception):
+        return
+
+
+def log_answer(tl: TrackedLog) -> dict[str, Any]:
+    """The GET /logs body for one tracked log (pending or completed)."""
+    fut = tl.future
+    if fut is not None and fut.done() and tl.verdict is None and tl.error is None:
+        exc = fut.exception()
+        tl.error = getattr(exc, "message", None) or f"analysis failed: {exc!r}"
+    verdict = tl.verdict
+    result: dict[str, Any] | None = None
+    if verdict is not None:
+        result = dict(verdict)
+        result["module"] = "relaunch"
+        result["state"] = "STOP" if verdict.get("decision") == "STOP" else "CONTINUE"
+    elif tl.error is not None:
+        result = {"module": "relaunch", "state": "error", "error": tl.error}
+    return {
+        "status": tl.status(),
+        "recommendation": recommendation(verdict, tl.error),
+        "result": result,
+        "job_id": tl.job_id,
+        "cycle_id": tl.cycle,
+        "log_path": str(tl.path),
+        "cached": tl.cached,
+    }
+
+
+@router.get("/healthz", response_model=Health, tags=["nvrx"])
+def healthz(request: Request) -> JSONResponse:
+    """Service health: `ok`, `degraded` (serving, with issues) or `fail`."""
+    body = state_of(request).health()
+    return JSONResponse(body, status_code=200 if body["status"] != "fail" else 503)
+
+
+@router.post("/logs", response_model=SubmitResponse, responses=ERROR_RESPONSES, tags=["nvrx"])
+async def post_logs(body: LogSubmission, request: Request) -> dict[str, Any]:
+    """Register a cycle log; `terminal` starts the final analysis, `progressive` reads it
+    as it grows. Returns at once."""
+    st = state_of(request)
+    return await asyncio.to_thread(
+        st.submit_log,
+        body.log_path,
+        user=body.user,
+        job_id=body.job_id,
+        cycle=body.cycle_id,
+        intent=body.analysis_intent,
+    )
+
+
+@router.get("/logs", response_model=LogResult, responses=ERROR_RESPONSES, tags=["nvrx"])
+async def get_logs(
+    request: Request,
+    log_path: str = Query(..., description="the path used in POST /logs"),
+    wait: bool = Query(True, description="wait for the verdict (starts the analysis if needed)"),
+    timeout: float | None = Query(None, gt=0, description="longest wait in seconds"),
+) -> dict[str, Any]:
+    """The verdict of a submitted log: `pending` or `completed` with a recommendation."""
+    st = state_of(request)
+    path = await asyncio.to_thread(confine, log_path, st.settings.allowed_roots, must_exist=False)
+    tl = await asyncio.to_thread(st.find_by_path, path)
+    if tl is None:
+        raise ApiError("not_submitted", f"log was not submitted: {log_path!r}")
+    if wait:
+        if tl.verdict is None and tl.error is None and tl.future is None:
+            if not path.exists():
+                raise ApiError("not_found", f"log file not found: {log_path!r}")
+            await asyncio.to_thread(st.analyze, tl)
+        if tl.future is not None:
+            limit = min(timeout or st.settings.wait_timeout_s, st.settings.wait_timeout_s)
+            await wait_future(tl.future, limit)
+    return log_answer(tl)

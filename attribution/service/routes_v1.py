@@ -1,0 +1,279 @@
+"""The versioned API `/v1/...`: jobs, cycles, verdicts, evidence, search, uploads, FR dumps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Query, Request, UploadFile
+
+from attribution.service.errors import ERROR_RESPONSES, ApiError
+from attribution.service.routes_nvrx import state_of, wait_future
+from attribution.service.schemas import FRAnswer, VerdictAnswer
+from attribution.service.state import MAX_CYCLE, ServiceState, check_job_id
+from attribution.service.tracker import TrackedLog
+
+router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
+
+UPLOAD_CHUNK = 1 << 20
+MAX_FR_FILES = 8192
+
+
+def _job(st: ServiceState, job_id: str) -> dict[str, Any]:
+    check_job_id(job_id)
+    for job in st.repo.list_jobs():
+        if job.job_id == job_id:
+            return job.to_dict()
+    raise ApiError("not_found", f"unknown job: {job_id!r}")
+
+
+def _cycle(st: ServiceState, job_id: str, cycle: int) -> Any:
+    check_job_id(job_id)
+    rec = st.repo.get_cycle(job_id, cycle)
+    if rec is None:
+        raise ApiError("not_found", f"unknown cycle {cycle} of job {job_id!r}")
+    return rec
+
+
+def _cycle_path(cycle: int) -> int:
+    if not 0 <= cycle <= MAX_CYCLE:
+        raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
+    return cycle
+
+
+@router.get("/jobs")
+async def list_jobs(request: Request) -> dict[str, Any]:
+    """All jobs with their state and last verdict."""
+    jobs = await asyncio.to_thread(state_of(request).repo.list_jobs)
+    return {"jobs": [j.to_dict() for j in jobs]}
+
+
+@router.get("/jobs/{job_id}")
+async def get_job(job_id: str, request: Request) -> dict[str, Any]:
+    """One job and its cycles (summaries, without the full verdicts)."""
+    st = state_of(request)
+    job = await asyncio.to_thread(_job, st, job_id)
+    cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
+    job["cycle_list"] = [_summary(c) for c in cycles]
+    return job
+
+
+def _summary(rec: Any) -> dict[str, Any]:
+    d = rec.to_dict()
+    for heavy in ("verdict", "evidence", "llm", "fr_findings"):
+        d.pop(heavy, None)
+    return d
+
+
+@router.get("/jobs/{job_id}/cycles")
+async def list_cycles(job_id: str, request: Request) -> dict[str, Any]:
+    """The cycles of one job, oldest first."""
+    st = state_of(request)
+    await asyncio.to_thread(_job, st, job_id)
+    cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
+    return {"job_id": job_id, "cycles": [_summary(c) for c in cycles]}
+
+
+@router.get("/jobs/{job_id}/cycles/{cycle}")
+async def get_cycle(job_id: str, cycle: int, request: Request) -> dict[str, Any]:
+    """One cycle with its verdict, evidence, FR findings and LLM enrichment."""
+    rec = await asyncio.to_thread(_cycle, state_of(request), job_id, _cycle_path(cycle))
+    return rec.to_dict()
+
+
+@router.get("/jobs/{job_id}/cycles/{cycle}/verdict", response_model=VerdictAnswer)
+async def get_verdict(
+    job_id: str,
+    cycle: int,
+    request: Request,
+    wait: bool = Query(False, description="wait for an analysis in flight"),
+) -> dict[str, Any]:
+    """The verdict of one cycle: `pending` while it is being analysed."""
+    st = state_of(request)
+    _cycle_path(cycle)
+    tl = st.tracked_key(job_id, cycle)
+    if tl is not None and tl.future is not None:
+        if wait:
+            await wait_future(tl.future, st.settings.wait_timeout_s)
+        if not tl.future.done():
+            return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
+    rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
+    status = "completed" if rec.verdict is not None else "pending"
+    return {"job_id": job_id, "cycle": cycle, "status": status, "verdict": rec.verdict}
+
+
+@router.get("/jobs/{job_id}/cycles/{cycle}/evidence")
+async def get_evidence(job_id: str, cycle: int, request: Request) -> dict[str, Any]:
+    """The evidence lines of one cycle's verdict (primary first), cascades and FR findings."""
+    rec = await asyncio.to_thread(_cycle, state_of(request), job_id, _cycle_path(cycle))
+    verdict = rec.verdict or {}
+    return {
+        "job_id": job_id,
+        "cycle": cycle,
+        "primary": verdict.get("primary"),
+        "evidence": rec.evidence or verdict.get("evidence") or [],
+        "cascades": verdict.get("cascades") or [],
+        "fr": rec.fr_findings,
+    }
+
+
+@router.get("/search")
+async def search(
+    request: Request,
+    fingerprint: str | None = Query(None, max_length=4096),
+    failure_class: str | None = Query(None, max_length=128),
+    limit: int = Query(100, ge=1, le=1000),
+) -> dict[str, Any]:
+    """Cycles across all jobs with this fingerprint and/or failure class, newest first."""
+    if fingerprint is None and failure_class is None:
+        raise ApiError("invalid_parameter", "give fingerprint and/or failure_class")
+    st = state_of(request)
+    rows = await asyncio.to_thread(
+        st.repo.search, fingerprint=fingerprint, failure_class=failure_class, limit=limit
+    )
+    return {"results": [r.to_dict() if hasattr(r, "to_dict") else r for r in rows]}
+
+
+@router.get("/stats")
+async def stats(request: Request) -> dict[str, Any]:
+    """Counters: analyses started, requests coalesced, cache hits, tracked logs, exports."""
+    return state_of(request).stats()
+
+
+def _safe_name(job_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", job_id)
+
+
+def upload_path(st: ServiceState, job_id: str, cycle: int) -> Path:
+    assert st.settings.data_dir is not None
+    return Path(st.settings.data_dir) / "uploads" / _safe_name(job_id) / f"cycle_{cycle}.log"
+
+
+@router.post(
+    "/jobs/{job_id}/cycles/{cycle}/log",
+    response_model=VerdictAnswer,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
+async def upload_log(
+    job_id: str,
+    cycle: int,
+    request: Request,
+    append: bool = Query(False, description="append to what was uploaded before"),
+    final: bool = Query(True, description="the log is complete: analyse it"),
+    wait: bool = Query(True, description="with final: wait for the verdict"),
+) -> dict[str, Any]:
+    """Upload a cycle log's bytes (for hosts that share no filesystem with the service).
+
+    Send the whole log, or send it in pieces with `append=true&final=false` and end with
+    `final=true`: each piece is read incrementally, so the verdict costs only the last one."""
+    st = state_of(request)
+    check_job_id(job_id)
+    _cycle_path(cycle)
+    dest = upload_path(st, job_id, cycle)
+    await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+    tl = st.tracked_key(job_id, cycle)
+    if tl is None or tl.path != dest:
+        tl = TrackedLog(path=dest, job_id=job_id, cycle=cycle, intent="upload")
+        st._remember(tl)
+        await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, str(dest))
+    if tl.future is not None and not tl.future.done():
+        raise ApiError("invalid_parameter", "this cycle is being analysed; upload again later")
+    if tl.future is not None:
+        tl.future, tl.verdict, tl.error, tl.cached = None, None, None, False
+    if not append:
+        with tl.lock:
+            tl.scanner, tl.offset, tl.file_id = None, 0, None
+    tmp_mode = "ab" if append else "wb"
+    fh = await asyncio.to_thread(open, dest, tmp_mode)
+    try:
+        async for chunk in request.stream():
+            if chunk:
+                await asyncio.to_thread(fh.write, chunk)
+    finally:
+        await asyncio.to_thread(fh.close)
+    await asyncio.to_thread(st.feed_now, tl)
+    if not final:
+        return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
+    fut = await asyncio.to_thread(st.analyze, tl, force=True)
+    if wait:
+        await wait_future(fut, st.settings.wait_timeout_s)
+    if fut.done() and fut.exception() is not None:
+        exc = fut.exception()
+        if isinstance(exc, ApiError):
+            raise exc
+        raise ApiError("internal_error", f"analysis failed: {type(exc).__name__}")
+    done = fut.done()
+    return {
+        "job_id": job_id,
+        "cycle": cycle,
+        "status": "completed" if done else "pending",
+        "verdict": fut.result() if done else None,
+    }
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/fr", response_model=FRAnswer)
+async def upload_fr(
+    job_id: str,
+    cycle: int,
+    request: Request,
+    files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
+) -> dict[str, Any]:
+    """Store Flight Recorder dumps with a cycle, analyse them, and re-decide the cycle's
+    verdict with the culprit ranks as evidence (when the cycle's log is known)."""
+    st = state_of(request)
+    check_job_id(job_id)
+    _cycle_path(cycle)
+    if not files or len(files) > MAX_FR_FILES:
+        raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
+    assert st.settings.data_dir is not None
+    dest_dir = Path(st.settings.data_dir) / "fr" / _safe_name(job_id) / f"cycle_{cycle}"
+    await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for i, up in enumerate(files):
+        name = os.path.basename(up.filename or "") or f"dump_{i}"
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128].lstrip(".") or f"dump_{i}"
+        target = dest_dir / name
+        with open(target, "wb") as out:
+            while chunk := await up.read(UPLOAD_CHUNK):
+                await asyncio.to_thread(out.write, chunk)
+        paths.append(target)
+    try:
+        from attribution import fr as fr_mod
+    except ImportError:
+        raise ApiError("overloaded", "Flight Recorder analysis is not available") from None
+    try:
+        findings = await asyncio.to_thread(fr_mod.analyze_paths, [str(p) for p in paths])
+    except (ValueError, OSError) as exc:
+        raise ApiError("invalid_parameter", f"not usable Flight Recorder dumps: {exc}") from None
+    culprits = [int(r) for r in (findings.get("culprit_ranks") or [])]
+    await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, None) if st.repo.get_cycle(
+        job_id, cycle
+    ) is None else None
+    await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
+    verdict = None
+    tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
+    if tl is not None and tl.path.exists():
+        fut = await asyncio.to_thread(st.analyze, tl, fr_culprit_ranks=culprits or None, force=True)
+        await wait_future(fut, st.settings.wait_timeout_s)
+        if fut.done() and fut.exception() is None:
+            verdict = fut.result()
+        rec = await asyncio.to_thread(st.repo.get_cycle, job_id, cycle)
+        if rec is not None and not rec.fr_findings:
+            await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
+    return {
+        "job_id": job_id,
+        "cycle": cycle,
+        "files": [p.name for p in paths],
+        "findings": findings,
+        "verdict": verdict,
+    }

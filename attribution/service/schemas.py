@@ -1,0 +1,81 @@
+"""Request and response bodies of the HTTP API (they generate the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+
+class LogSubmission(BaseModel):
+    """POST /logs body (NVRx attrsvc compatible; unknown fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    log_path: StrictStr = Field(description="absolute path of the cycle log under an allowed root")
+    user: StrictStr | None = Field(default=None, description="job owner")
+    job_id: StrictStr | None = Field(
+        default=None, description="job id; default: the file stem plus a short path hash"
+    )
+    cycle_id: StrictInt | None = Field(
+        default=None, ge=0, description="restart cycle (a bool is rejected)"
+    )
+    analysis_intent: Literal["track_only", "progressive", "terminal"] = Field(
+        default="track_only",
+        description="track_only: register; progressive: read as it grows; terminal: analyse now",
+    )
+
+
+class SubmitResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    submitted: bool
+    normalized_path: str
+    job_id: str
+    cycle_id: int
+    analysis_intent: str
+    mode: str
+    status: Literal["pending", "completed"]
+
+
+class Recommendation(BaseModel):
+    action: Literal["STOP", "RESTART", "UNKNOWN"]
+    reason: str
+    source: Literal["deterministic", "llm"]
+
+
+class LogResult(BaseModel):
+    """GET /logs answer. `result` is the full verdict (plus NVRx's `state`/`module`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["pending", "completed"]
+    recommendation: Recommendation
+    result: dict[str, Any] | None
+    job_id: str
+    cycle_id: int
+    log_path: str
+    cached: bool = False
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded", "fail"]
+    issues: list[str]
+
+
+class VerdictAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str
+    cycle: int
+    status: Literal["pending", "completed"]
+    verdict: dict[str, Any] | None
+    cached: bool = False
+
+
+class FRAnswer(BaseModel):
+    job_id: str
+    cycle: int
+    files: list[str]
+    findings: dict[str, Any]
+    verdict: dict[str, Any] | None

@@ -1,0 +1,42 @@
+"""Settings of one service instance: where it listens, what it may read, its limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from restart_agent.model import PolicyConfig
+
+
+@dataclass
+class ServiceSettings:
+    """Everything `create_app` needs. `relaunch serve` builds one from its flags."""
+
+    db_url: str | None = None  # None: sqlite:///$RELAUNCH_HOME/relaunch.db
+    allowed_roots: list[Path] = field(default_factory=list)  # empty: nothing is readable
+    token: str | None = None  # bearer token; None disables auth
+    audit_dir: Path | None = None
+    data_dir: Path | None = None  # uploads and FR dumps; default $RELAUNCH_HOME/service
+    webhook_url: str | None = None
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    llm_config: Any | None = None  # restart_agent.llm.LLMConfig when configured
+    slack: Any | None = None  # a ready engine listener (attribution.notify.slack.SlackNotifier)
+    # limits
+    max_body_bytes: int = 1 << 20  # JSON bodies
+    max_upload_bytes: int = 1 << 30  # uploaded cycle logs / FR dumps (streamed to disk)
+    rate_limit_per_s: float = 200.0  # sustained requests per client and second
+    rate_limit_burst: int = 400
+    max_pending_analyses: int = 256  # queued + running analyses before 503
+    analysis_workers: int = 2
+    max_tracked_logs: int = 10_000
+    progressive_poll_s: float = 0.5
+    wait_timeout_s: float = 60.0  # longest GET /logs?wait=true
+    dashboard: bool = True
+
+    def __post_init__(self) -> None:
+        home = Path(os.environ.get("RELAUNCH_HOME", Path.home() / ".relaunch"))
+        if self.data_dir is None:
+            self.data_dir = home / "service"
+        self.allowed_roots = [Path(os.path.realpath(r)) for r in self.allowed_roots]

@@ -1,0 +1,438 @@
+"""The service's running state: repository, engine, tracked logs, analysis pool, listeners.
+
+`ServiceState` owns everything a request needs and nothing HTTP-specific: routes call
+`submit_log`, `lookup_log`, `analyze`, ... and turn `ApiError`s into responses.
+Analyses run on a bounded thread pool; identical concurrent requests for the same
+(job, cycle) share one analysis (`Coalescer`); verdicts are cached in the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+import inspect
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import storage
+from attribution.engine import AttributionEngine, VerdictEvent
+from attribution.service.coalesce import Coalescer
+from attribution.service.errors import ApiError
+from attribution.service.paths import confine
+from attribution.service.settings import ServiceSettings
+from attribution.service.tracker import TrackedLog
+from restart_agent import decide
+from storage import service_queries
+from storage.records import as_utc
+
+log = logging.getLogger(__name__)
+
+INTENTS = ("track_only", "progressive", "terminal")
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,254}$")
+MAX_CYCLE = 2**31 - 1
+PROGRESSIVE_SLICE = 64 << 20  # bytes read per log per poll pass
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise ApiError(
+            "invalid_parameter",
+            "job_id must be 1-255 characters of letters, digits and ._:@+=- "
+            "starting with a letter or digit",
+        )
+    return job_id
+
+
+def check_cycle(cycle: Any) -> int:
+    if isinstance(cycle, bool) or not isinstance(cycle, int) or not 0 <= cycle <= MAX_CYCLE:
+        raise ApiError("invalid_parameter", "cycle_id must be a non-negative integer")
+    return cycle
+
+
+def default_job_id(path: Path) -> str:
+    """Job id for NVRx clients that send only a path: file stem plus a short path hash."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:64].strip("._-") or "log"
+    return f"{stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+
+
+def recommendation(verdict: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
+    if verdict is None:
+        return {
+            "action": "UNKNOWN",
+            "reason": error or "not analysed yet",
+            "source": "deterministic",
+        }
+    llm = verdict.get("llm") or {}
+    return {
+        "action": verdict.get("decision") or "UNKNOWN",
+        "reason": verdict.get("basis") or "",
+        "source": "llm" if llm.get("contributed") else "deterministic",
+    }
+
+
+class ServiceState:
+    """One service instance's state. Create with `ServiceState(settings)`, then `start()`."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.started_at = time.time()
+        self.repo = storage.open_repository(settings.db_url)
+        self.engine = AttributionEngine(
+            self.repo, policy=settings.policy, audit_dir=settings.audit_dir
+        )
+        self._engine_takes_evidence = (
+            "evidence" in inspect.signature(self.engine.analyze_cycle).parameters
+        )
+        self.listeners: list[Any] = []
+        self._install_listeners()
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(1, settings.analysis_workers), thread_name_prefix="relaunch-analysis"
+        )
+        self.coalescer = Coalescer(self.executor)
+        self._logs: OrderedDict[str, TrackedLog] = OrderedDict()  # normalized path -> log
+        self._by_key: dict[tuple[str, int], TrackedLog] = {}
+        self._lock = threading.Lock()
+        self._poll_task: asyncio.Task[None] | None = None
+        self.analyses = 0
+        self.cache_hits = 0
+        self.listener_errors = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def _install_listeners(self) -> None:
+        s = self.settings
+        if s.audit_dir is not None:
+            from attribution.audit import AuditWriter
+
+            self._add_listener(AuditWriter(s.audit_dir, repo=self.repo, policy=s.policy))
+        if s.webhook_url:
+            from attribution.export import WebhookExporter
+
+            self._add_listener(WebhookExporter(s.webhook_url))
+        if s.slack is not None:
+            self._add_listener(s.slack)
+        if s.llm_config is not None:
+            from attribution.enrichment import EnrichmentListener
+
+            self._add_listener(EnrichmentListener(self.repo, s.llm_config, s.policy))
+
+    def _add_listener(self, fn: Any) -> None:
+        self.listeners.append(fn)
+        self.engine.add_listener(fn)
+
+    async def start(self) -> None:
+        self._poll_task = asyncio.create_task(self._poll_loop())
+
+    async def stop(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
+        self.executor.shutdown(wait=True, cancel_futures=False)
+        for fn in self.listeners:
+            close = getattr(fn, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # a listener's shutdown must not stop ours
+                    log.exception("closing listener %r failed", fn)
+        dispose = getattr(self.repo, "close", None)
+        if callable(dispose):
+            dispose()
+
+    # --- health ------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        issues: list[str] = []
+        status = "ok"
+        try:
+            self.repo.list_jobs()
+        except Exception as exc:
+            return {"status": "fail", "issues": [f"database unavailable: {type(exc).__name__}"]}
+        pending = self.coalescer.inflight()
+        if pending >= self.settings.max_pending_analyses:
+            status, issues = "degraded", [f"analysis queue full ({pending} pending)"]
+        for root in self.settings.allowed_roots:
+            if not root.is_dir():
+                status = "degraded"
+                issues.append(f"allowed root is not a directory: {root}")
+        if not self.settings.allowed_roots:
+            issues.append("no --allowed-root: /logs accepts only uploads through /v1")
+        return {"status": status, "issues": issues}
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            tracked = len(self._logs)
+            progressive = sum(1 for t in self._logs.values() if t.intent == "progressive")
+        out: dict[str, Any] = {
+            "tracked_logs": tracked,
+            "progressive_logs": progressive,
+            "analyses_started": self.coalescer.started,
+            "requests_coalesced": self.coalescer.joined,
+            "analyses_inflight": self.coalescer.inflight(),
+            "analyses_completed": self.analyses,
+            "cache_hits": self.cache_hits,
+            "uptime_s": round(time.time() - self.started_at, 3),
+        }
+        for fn in self.listeners:
+            st = getattr(fn, "stats", None)
+            if st is not None and hasattr(st, "__dataclass_fields__"):
+                out[f"listener_{type(fn).__name__}"] = dict(st.__dict__)
+        return out
+
+    # --- tracked logs --------------------------------------------------------------------
+    def _remember(self, tl: TrackedLog) -> None:
+        with self._lock:
+            old = self._by_key.get(tl.key)
+            if old is not None and str(old.path) != str(tl.path):
+                self._logs.pop(str(old.path), None)
+            prev = self._logs.pop(str(tl.path), None)
+            if prev is not None and prev.key != tl.key:
+                self._by_key.pop(prev.key, None)
+            self._logs[str(tl.path)] = tl
+            self._by_key[tl.key] = tl
+            while len(self._logs) > self.settings.max_tracked_logs:
+                # evict the oldest finished log first; never one being analysed
+                victim = next(
+                    (k for k, t in self._logs.items() if t.future is None or t.future.done()),
+                    None,
+                )
+                if victim is None:
+                    break
+                gone = self._logs.pop(victim)
+                self._by_key.pop(gone.key, None)
+
+    def tracked(self, path: str) -> TrackedLog | None:
+        with self._lock:
+            return self._logs.get(path)
+
+    def tracked_key(self, job_id: str, cycle: int) -> TrackedLog | None:
+        with self._lock:
+            return self._by_key.get((job_id, cycle))
+
+    def _pick_cycle(self, job_id: str, path: Path) -> int:
+        """Cycle for a submission without cycle_id: the path's earlier cycle, else the next."""
+        rec = service_queries.find_cycle_by_log_path(self.repo, str(path))
+        if rec is not None and rec[0] == job_id:
+            return rec[1]
+        with self._lock:
+            mine = [c for (j, c) in self._by_key if j == job_id]
+        stored = self.repo.next_cycle(job_id)
+        return max([stored] + [c + 1 for c in mine])
+
+    def submit_log(
+        self,
+        raw_path: str,
+        *,
+        user: str | None,
+        job_id: str | None,
+        cycle: int | None,
+        intent: str,
+    ) -> dict[str, Any]:
+        """POST /logs: register (and for `terminal`, start analysing) one cycle log."""
+        if intent not in INTENTS:
+            raise ApiError("invalid_parameter", f"analysis_intent must be one of {INTENTS}")
+        path = confine(raw_path, self.settings.allowed_roots, must_exist=intent == "terminal")
+        if job_id is None:
+            prev = self.tracked(str(path))
+            job_id = prev.job_id if prev else default_job_id(path)
+        check_job_id(job_id)
+        if cycle is None:
+            prev = self.tracked(str(path))
+            cycle = prev.cycle if prev and prev.job_id == job_id else self._pick_cycle(job_id, path)
+        check_cycle(cycle)
+        tl = self.tracked(str(path))
+        if tl is None or tl.key != (job_id, cycle):
+            tl = TrackedLog(path=path, job_id=job_id, cycle=cycle, user=user, intent=intent)
+            self._remember(tl)
+            self.repo.register_cycle(job_id, cycle, str(path))
+        elif intent != "track_only":
+            tl.intent = intent
+        if intent == "terminal":
+            self.analyze(tl)
+        return {
+            "submitted": True,
+            "normalized_path": str(path),
+            "job_id": job_id,
+            "cycle_id": cycle,
+            "analysis_intent": intent,
+            "mode": "SINGLE",
+            "status": tl.status(),
+        }
+
+    # --- analysis ------------------------------------------------------------------------
+    def _check_capacity(self) -> None:
+        if self.coalescer.inflight() >= self.settings.max_pending_analyses:
+            raise ApiError(
+                "overloaded",
+                "too many analyses pending; retry later",
+                headers={"Retry-After": "1"},
+            )
+
+    def analyze(
+        self, tl: TrackedLog, *, fr_culprit_ranks: list[int] | None = None, force: bool = False
+    ) -> Future[dict[str, Any]]:
+        """Start (or join) the analysis of `tl`; returns the future of its verdict."""
+        running = self.coalescer.get(tl.key)
+        if running is not None:
+            self.coalescer.joined += 1
+            return running
+        self._check_capacity()
+        if not force and fr_culprit_ranks is None:
+            cached = self._cached_verdict(tl)
+            if cached is not None:
+                fut: Future[dict[str, Any]] = Future()
+                fut.set_result(cached)
+                tl.future, tl.verdict, tl.error, tl.cached = fut, cached, None, True
+                self.cache_hits += 1
+                return fut
+        tl.verdict, tl.error, tl.cached = None, None, False
+        fut, _ = self.coalescer.submit(tl.key, lambda: self._run_analysis(tl, fr_culprit_ranks))
+        tl.future = fut
+        return fut
+
+    def _cached_verdict(self, tl: TrackedLog) -> dict[str, Any] | None:
+        """The stored verdict, if the log is unchanged since it was analysed."""
+        rec = self.repo.get_cycle(tl.job_id, tl.cycle)
+        if rec is None or rec.verdict is None or rec.analysed_at is None:
+            return None
+        if rec.log_path != str(tl.path) or rec.log_size is None:
+            return None
+        try:
+            st = tl.path.stat()
+        except OSError:
+            return rec.verdict  # the log is gone: history is all there is
+        analysed = as_utc(rec.analysed_at).timestamp()  # type: ignore[union-attr]
+        if st.st_size == rec.log_size and st.st_mtime <= analysed:
+            return rec.verdict
+        return None
+
+    def _run_analysis(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
+        try:
+            if fr is None:
+                rec = self.repo.get_cycle(tl.job_id, tl.cycle)
+                if rec is not None and rec.fr_findings:
+                    fr = list(rec.fr_findings.get("culprit_ranks") or []) or None
+            t0 = time.perf_counter()
+            with tl.lock:
+                evidence, identity = tl.finish()
+            scan_s = time.perf_counter() - t0
+            verdict = self._decide_and_save(tl, evidence, identity, fr, scan_s)
+            tl.verdict = verdict
+            self.analyses += 1
+            return verdict
+        except FileNotFoundError:
+            tl.error = f"log file not found: {tl.path}"
+            raise ApiError("not_found", tl.error) from None
+        except PermissionError:
+            tl.error = f"log file is not readable: {tl.path}"
+            raise ApiError("unreadable", tl.error) from None
+        except ApiError:
+            raise
+        except Exception as exc:
+            log.exception("analysis of %s failed", tl.path)
+            tl.error = f"analysis failed: {type(exc).__name__}: {exc}"
+            raise
+
+    def _decide_and_save(
+        self,
+        tl: TrackedLog,
+        evidence: Any,
+        identity: dict[str, Any],
+        fr: list[int] | None,
+        scan_s: float,
+    ) -> dict[str, Any]:
+        """The engine's decide/save/notify steps, on evidence that was read incrementally."""
+        engine = self.engine
+        if self._engine_takes_evidence:
+            return engine.analyze_cycle(  # type: ignore[call-arg]
+                tl.job_id,
+                tl.cycle,
+                str(tl.path),
+                fr_culprit_ranks=fr,
+                evidence=evidence,
+                log_identity=identity,
+            )
+        t0 = time.perf_counter()
+        history = engine.history(tl.job_id, tl.cycle)
+        if fr is None:
+            fr = engine._stored_fr_ranks(tl.job_id, tl.cycle)
+        result = decide(evidence, history, engine.policy, fr_culprit_ranks=fr).to_dict()
+        self.repo.save_verdict(tl.job_id, tl.cycle, result, log_identity=identity)
+        elapsed_ms = (scan_s + time.perf_counter() - t0) * 1000.0
+        engine._notify(
+            VerdictEvent(
+                job_id=tl.job_id,
+                cycle=tl.cycle,
+                log_path=str(tl.path),
+                verdict=copy.deepcopy(result),
+                log_identity=dict(identity),
+                audit_dir=engine.audit_dir,
+                analysis_ms=elapsed_ms,
+                extra={"incremental": True, "resets": tl.resets},
+            )
+        )
+        return result
+
+    async def _poll_loop(self) -> None:
+        """Read new bytes of every progressive log, a bounded slice per log per pass."""
+        while True:
+            await asyncio.sleep(self.settings.progressive_poll_s)
+            with self._lock:
+                todo = [
+                    t for t in self._logs.values() if t.intent == "progressive" and t.future is None
+                ]
+            if todo:
+                await asyncio.to_thread(self._feed_all, todo)
+
+    def _feed_all(self, todo: list[TrackedLog]) -> None:
+        for tl in todo:
+            if tl.future is not None or not tl.lock.acquire(blocking=False):
+                continue  # being analysed right now: the analysis reads the tail
+            try:
+                tl.feed_new(PROGRESSIVE_SLICE)
+            except OSError as exc:
+                log.debug("progressive read of %s: %s", tl.path, exc)
+            finally:
+                tl.lock.release()
+
+    def feed_now(self, tl: TrackedLog) -> int:
+        """Read what is new in `tl` right away (uploads call this after each chunk)."""
+        with tl.lock:
+            return tl.feed_new()
+
+    # --- lookups -------------------------------------------------------------------------
+    def find_by_path(self, path: Path) -> TrackedLog | None:
+        """A tracked log, or one rebuilt from history (after a restart of the service)."""
+        tl = self.tracked(str(path))
+        if tl is not None:
+            return tl
+        rec = service_queries.find_cycle_by_log_path(self.repo, str(path))
+        if rec is None:
+            return None
+        job_id, cycle = rec
+        tl = TrackedLog(path=path, job_id=job_id, cycle=cycle, intent="track_only")
+        stored = self.repo.get_cycle(job_id, cycle)
+        if stored is not None and stored.verdict is not None:
+            tl.verdict, tl.cached = stored.verdict, True
+        self._remember(tl)
+        return tl
+
+    def cycle_log(self, job_id: str, cycle: int) -> TrackedLog | None:
+        tl = self.tracked_key(job_id, cycle)
+        if tl is not None:
+            return tl
+        rec = self.repo.get_cycle(job_id, cycle)
+        if rec is None or not rec.log_path:
+            return None
+        tl = TrackedLog(path=Path(rec.log_path), job_id=job_id, cycle=cycle)
+        if rec.verdict is not None:
+            tl.verdict, tl.cached = rec.verdict, True
+        self._remember(tl)
+        return tl

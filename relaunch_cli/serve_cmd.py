@@ -1,0 +1,182 @@
+"""`relaunch serve`: the attribution service and dashboard (uvicorn + FastAPI).
+
+Listens on 127.0.0.1:8570 by default, or on a Unix socket with `--uds PATH`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from relaunch_cli import llm_options
+from relaunch_cli.errors import UserError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8570
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the attribution service (NVRx-compatible /logs, /v1 API) and dashboard.",
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="TCP port (default 8570; 0: any free)"
+    )
+    p.add_argument("--uds", metavar="PATH", help="listen on this Unix socket instead of TCP")
+    p.add_argument(
+        "--db", metavar="URL", help="history database URL (default: SQLite in $RELAUNCH_HOME)"
+    )
+    p.add_argument(
+        "--allowed-root",
+        metavar="DIR",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="directories whose files clients may name (repeatable); nothing else is read",
+    )
+    p.add_argument(
+        "--token-file", metavar="FILE", help="require `Authorization: Bearer <token in FILE>`"
+    )
+    p.add_argument(
+        "--audit-dir", metavar="DIR", help="write one audit JSON artifact per verdict here"
+    )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="uploaded logs and FR dumps (default $RELAUNCH_HOME/service)",
+    )
+    p.add_argument(
+        "--webhook-url", metavar="URL", help="POST each completed verdict as JSON to this URL"
+    )
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest JSON request body")
+    p.add_argument(
+        "--max-upload-bytes", type=int, default=1 << 30, help="largest uploaded log or FR dump set"
+    )
+    p.add_argument(
+        "--rate-limit",
+        type=float,
+        default=200.0,
+        metavar="PER_S",
+        help="requests per second and client (0: off)",
+    )
+    p.add_argument("--rate-burst", type=int, default=400, help="burst size of the rate limit")
+    p.add_argument(
+        "--max-pending", type=int, default=256, help="analyses queued or running before 503"
+    )
+    p.add_argument("--workers", type=int, default=2, help="analysis threads")
+    p.add_argument("--no-dashboard", action="store_true", help="serve the API only")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    llm_options.add_arguments(p)
+    try:
+        from attribution.notify import slack
+
+        slack.add_arguments(p)
+    except ImportError:  # pragma: no cover - Slack module is part of the install
+        pass
+    return p
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UserError(f"cannot read --token-file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--token-file {path} is not text") from None
+    if not token:
+        raise UserError(f"--token-file {path} is empty")
+    return token
+
+
+def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
+    from attribution.service.settings import ServiceSettings
+
+    roots = []
+    for r in args.allowed_root:
+        if not os.path.isdir(r):
+            raise UserError(f"--allowed-root is not a directory: {r}")
+        roots.append(Path(r))
+    if args.webhook_url and not args.webhook_url.startswith(("http://", "https://")):
+        raise UserError(f"--webhook-url must be http:// or https://: {args.webhook_url}")
+    for name in ("max_body_bytes", "max_upload_bytes", "max_pending", "workers"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.uds and not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be 0-65535, got {args.port}")
+    slack = None
+    try:
+        from attribution.notify import slack as slack_mod
+
+        slack = slack_mod.from_args(args)
+    except ImportError:  # pragma: no cover
+        slack = None
+    return ServiceSettings(
+        db_url=args.db,
+        allowed_roots=roots,
+        token=_read_token(args.token_file) if args.token_file else None,
+        audit_dir=Path(args.audit_dir) if args.audit_dir else None,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        webhook_url=args.webhook_url,
+        llm_config=llm_options.config_from_args(args),
+        slack=slack,
+        max_body_bytes=args.max_body_bytes,
+        max_upload_bytes=args.max_upload_bytes,
+        rate_limit_per_s=args.rate_limit,
+        rate_limit_burst=args.rate_burst,
+        max_pending_analyses=args.max_pending,
+        analysis_workers=args.workers,
+        dashboard=not args.no_dashboard,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from attribution.service.app import create_app
+    from storage import StorageError
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = settings_from_args(args)
+    if settings.audit_dir is not None:
+        try:
+            settings.audit_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(
+                f"cannot create --audit-dir {settings.audit_dir}: {exc.strerror}"
+            ) from None
+    try:
+        app = create_app(settings)
+    except StorageError as exc:
+        raise UserError(str(exc)) from None
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        uds=args.uds,
+        log_level=args.log_level,
+        access_log=args.log_level == "debug",
+        timeout_graceful_shutdown=5,
+        limit_concurrency=None,
+    )
+    server = uvicorn.Server(config)
+    if args.uds:
+        if os.path.exists(args.uds) and not _is_socket(args.uds):
+            raise UserError(f"--uds path exists and is not a socket: {args.uds}")
+        print(f"relaunch serve: listening on unix://{args.uds}", flush=True)
+    server.run()
+    return 0 if server.started else 1
+
+
+def _is_socket(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
