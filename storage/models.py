@@ -44,10 +44,14 @@ class Job(Base):
     """One training job (the launcher's `--job-id`)."""
 
     __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_updated_at", "updated_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
     state: Mapped[str] = mapped_column(String(32), nullable=False, default="running")
+    # Maintained by the repository on every write, so listing jobs never scans all cycles.
+    cycle_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_cycle: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
@@ -60,9 +64,9 @@ class Cycle(Base):
     __tablename__ = "cycles"
     __table_args__ = (
         UniqueConstraint("job_pk", "cycle", name="uq_cycles_job_pk_cycle"),
-        Index("ix_cycles_fingerprint", "fingerprint"),
-        Index("ix_cycles_failure_class", "failure_class"),
-        Index("ix_cycles_decision_analysed_at", "decision", "analysed_at"),
+        Index("ix_cycles_fingerprint_analysed_at", "fingerprint", "analysed_at"),
+        Index("ix_cycles_failure_class_analysed_at", "failure_class", "analysed_at"),
+        Index("ix_cycles_analysed_at", "analysed_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -128,10 +128,14 @@ class HistoryRepository:
     # -- writes ----------------------------------------------------------------------------
 
     def _job(self, session: Session, job_id: str, *, create: bool = True) -> Job | None:
-        job = session.scalars(select(Job).where(Job.job_id == job_id)).one_or_none()
+        """The job row, locked for this transaction (PostgreSQL: FOR UPDATE; SQLite: the
+        transaction already holds the database write lock), created when missing."""
+        job = session.scalars(
+            select(Job).where(Job.job_id == job_id).with_for_update()
+        ).one_or_none()
         if job is None and create:
             now = _now()
-            job = Job(job_id=job_id, state="running", created_at=now, updated_at=now)
+            job = Job(job_id=job_id, state="running", created_at=now, updated_at=now, cycle_count=0)
             session.add(job)
             session.flush()
         return job
@@ -145,11 +149,12 @@ class HistoryRepository:
         row = Cycle(job_pk=job.id, cycle=cycle, status="registered")
         session.add(row)
         session.flush()
+        job.cycle_count = (job.cycle_count or 0) + 1
+        job.last_cycle = cycle if job.last_cycle is None else max(job.last_cycle, cycle)
         return row, True
 
     def _prune(self, session: Session, job: Job) -> None:
-        count = session.scalar(select(func.count()).where(Cycle.job_pk == job.id)) or 0
-        excess = count - self.max_cycles_per_job
+        excess = (job.cycle_count or 0) - self.max_cycles_per_job
         if excess <= 0:
             return
         old = list(
@@ -162,6 +167,7 @@ class HistoryRepository:
         )
         session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk.in_(old)))
         session.execute(delete(Cycle).where(Cycle.id.in_(old)))
+        job.cycle_count -= len(old)
 
     def register_cycle(
         self,
@@ -375,19 +381,9 @@ class HistoryRepository:
 
     def _list_jobs(self, *, job_id: str | None = None, limit: int | None = None) -> list[JobRecord]:
         def op(session: Session) -> list[JobRecord]:
-            stats = (
-                select(
-                    Cycle.job_pk.label("job_pk"),
-                    func.count().label("n"),
-                    func.max(Cycle.cycle).label("last"),
-                )
-                .group_by(Cycle.job_pk)
-                .subquery()
-            )
             q = (
-                select(Job, stats.c.n, stats.c.last, Cycle)
-                .outerjoin(stats, stats.c.job_pk == Job.id)
-                .outerjoin(Cycle, (Cycle.job_pk == Job.id) & (Cycle.cycle == stats.c.last))
+                select(Job, Cycle)
+                .outerjoin(Cycle, (Cycle.job_pk == Job.id) & (Cycle.cycle == Job.last_cycle))
                 .order_by(Job.updated_at.desc(), Job.id.desc())
             )
             if job_id is not None:
@@ -395,15 +391,15 @@ class HistoryRepository:
             if limit is not None:
                 q = q.limit(limit)
             out = []
-            for job, n, last, cyc in session.execute(q):
+            for job, cyc in session.execute(q):
                 out.append(
                     JobRecord(
                         job_id=job.job_id,
                         state=job.state,
                         created_at=as_utc(job.created_at),
                         updated_at=as_utc(job.updated_at),
-                        cycles=int(n or 0),
-                        last_cycle=last,
+                        cycles=int(job.cycle_count or 0),
+                        last_cycle=job.last_cycle,
                         last_decision=cyc.decision if cyc else None,
                         last_rule=cyc.rule if cyc else None,
                         last_failure_class=cyc.failure_class if cyc else None,

@@ -243,6 +243,28 @@ def test_in_memory_sqlite_works():
 def test_history_query_indexes_exist(repo):
     insp = inspect(repo.engine)
     idx = {tuple(i["column_names"]) for i in insp.get_indexes("cycles")}
-    assert ("fingerprint",) in idx and ("failure_class",) in idx
+    assert ("fingerprint", "analysed_at") in idx and ("failure_class", "analysed_at") in idx
     uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("cycles")}
     assert ("job_pk", "cycle") in uniques
+
+
+def test_search_and_history_queries_use_the_indexes(tmp_path):
+    repo = open_repository(sqlite_url(tmp_path))
+    repo.save_verdict("j", 0, verdict())
+    repo.close()
+    con = sqlite3.connect(tmp_path / "relaunch.db")
+    con.execute("ANALYZE")
+
+    def plan(sql: str) -> str:
+        return " ".join(r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql))
+
+    assert "ix_cycles_fingerprint_analysed_at" in plan(
+        "SELECT * FROM cycles WHERE fingerprint = 'x' ORDER BY analysed_at DESC LIMIT 100"
+    )
+    assert "ix_cycles_failure_class_analysed_at" in plan(
+        "SELECT * FROM cycles WHERE failure_class = 'x' ORDER BY analysed_at DESC LIMIT 100"
+    )
+    assert "INDEX sqlite_autoindex_cycles_1 (job_pk=? AND cycle<?)" in plan(
+        "SELECT * FROM cycles WHERE job_pk = 1 AND cycle < 10 ORDER BY cycle DESC"
+    )
+    con.close()

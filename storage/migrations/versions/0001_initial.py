@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-02 16:03:56.885945
+Create Date: 2026-12-02 16:08:16.922169
 """
 
 from __future__ import annotations
@@ -24,11 +24,16 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("job_id", sa.String(length=255), nullable=False),
         sa.Column("state", sa.String(length=32), nullable=False),
+        sa.Column("cycle_count", sa.Integer(), nullable=False),
+        sa.Column("last_cycle", sa.Integer(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
         sa.UniqueConstraint("job_id", name=op.f("uq_jobs_job_id")),
     )
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.create_index("ix_jobs_updated_at", ["updated_at"], unique=False)
+
     op.create_table(
         "cycles",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
@@ -63,11 +68,13 @@ def upgrade() -> None:
         sa.UniqueConstraint("job_pk", "cycle", name="uq_cycles_job_pk_cycle"),
     )
     with op.batch_alter_table("cycles", schema=None) as batch_op:
+        batch_op.create_index("ix_cycles_analysed_at", ["analysed_at"], unique=False)
         batch_op.create_index(
-            "ix_cycles_decision_analysed_at", ["decision", "analysed_at"], unique=False
+            "ix_cycles_failure_class_analysed_at", ["failure_class", "analysed_at"], unique=False
         )
-        batch_op.create_index("ix_cycles_failure_class", ["failure_class"], unique=False)
-        batch_op.create_index("ix_cycles_fingerprint", ["fingerprint"], unique=False)
+        batch_op.create_index(
+            "ix_cycles_fingerprint_analysed_at", ["fingerprint", "analysed_at"], unique=False
+        )
 
     op.create_table(
         "evidence",
@@ -104,9 +111,12 @@ def downgrade() -> None:
 
     op.drop_table("evidence")
     with op.batch_alter_table("cycles", schema=None) as batch_op:
-        batch_op.drop_index("ix_cycles_fingerprint")
-        batch_op.drop_index("ix_cycles_failure_class")
-        batch_op.drop_index("ix_cycles_decision_analysed_at")
+        batch_op.drop_index("ix_cycles_fingerprint_analysed_at")
+        batch_op.drop_index("ix_cycles_failure_class_analysed_at")
+        batch_op.drop_index("ix_cycles_analysed_at")
 
     op.drop_table("cycles")
+    with op.batch_alter_table("jobs", schema=None) as batch_op:
+        batch_op.drop_index("ix_jobs_updated_at")
+
     op.drop_table("jobs")
