@@ -1,0 +1,281 @@
+"""The attribution engine: one cycle log in, one saved STOP/RESTART verdict out.
+
+`AttributionEngine(repo, policy, audit_dir)` composes the restart agent and the history
+repository: `analyze_cycle` streams the log once through `restart_agent.LogScanner`,
+hashing the same bytes with SHA-256 as it goes (the log's identity: path, size, sha256;
+`hash_logs=False` skips the hash, for callers that persist nothing), loads the job's prior
+verdicts, decides, saves the verdict with the identity, and hands a `VerdictEvent` to the
+listeners (audit artifacts, Slack, webhook export, LLM enrichment).
+
+Listeners run on one background thread, in registration order, after the verdict is saved:
+a listener that fails is logged and one that is slow delays nothing; neither can change the
+verdict returned. `drain()` waits until every queued event has been handled (tests, CLI
+exit), `close()` drains and stops the thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from restart_agent import LogScanner, decide
+from restart_agent.model import CycleEvidence, PolicyConfig, PriorCycle
+from storage import CycleRecord, HistoryRepository
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class LogIdentity:
+    """What was analysed: the file, its size in bytes, its SHA-256 (None when not hashed)."""
+
+    path: str
+    size: int
+    sha256: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class VerdictEvent:
+    """Handed to each listener after a verdict is saved."""
+
+    job_id: str
+    cycle: int
+    log_path: str
+    verdict: dict[str, Any]
+    log_identity: dict[str, Any]
+    audit_dir: str | None = None  # where audit listeners should write (None: no audit files)
+    analysis_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[VerdictEvent], Any]
+
+
+def scan_with_identity(
+    log_path: str | os.PathLike[str], *, hash_log: bool = True, chunk_size: int = CHUNK_SIZE
+) -> tuple[Any, LogIdentity]:
+    """Scan a log in one streaming pass; return (CycleEvidence, LogIdentity).
+
+    Raises FileNotFoundError / IsADirectoryError / PermissionError like `scan_file`.
+    """
+    path = os.fspath(log_path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", path)
+    scanner = LogScanner()
+    hasher = hashlib.sha256() if hash_log else None
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(chunk_size):
+            size += len(chunk)
+            scanner.feed(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+    evidence = scanner.finish()
+    return evidence, LogIdentity(path, size, hasher.hexdigest() if hasher else None)
+
+
+class AttributionEngine:
+    """Scan → prior verdicts → decide → save → listeners."""
+
+    def __init__(
+        self,
+        repo: HistoryRepository | None,
+        policy: PolicyConfig | None = None,
+        audit_dir: str | os.PathLike[str] | None = None,
+        *,
+        hash_logs: bool = True,
+        history_limit: int | None = None,
+    ) -> None:
+        """`repo=None` analyses without history and saves nothing (`relaunch analyze` without
+        --db). `history_limit` caps how many prior cycles the policy sees (None: all stored).
+        """
+        self.repo = repo
+        self.policy = policy or PolicyConfig()
+        self.audit_dir = str(Path(audit_dir)) if audit_dir is not None else None
+        self.hash_logs = hash_logs
+        self.history_limit = history_limit
+        self._listeners: list[Listener] = []
+        self._queue: queue.Queue[VerdictEvent | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- listeners ---------------------------------------------------------------------
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call `fn(event)` after each saved verdict (on the engine's listener thread)."""
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._dispatch, name="relaunch-verdict-listeners", daemon=True
+                )
+                self._thread.start()
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                if event is None:
+                    return
+                with self._lock:
+                    listeners = list(self._listeners)
+                for fn in listeners:
+                    try:
+                        # Each listener gets its own copy: none can alter what others see.
+                        fn(dataclasses.replace(event, verdict=copy.deepcopy(event.verdict)))
+                    except Exception:
+                        log.exception(
+                            "verdict listener %s failed for job %s cycle %s",
+                            getattr(fn, "__qualname__", repr(fn)),
+                            event.job_id,
+                            event.cycle,
+                        )
+            finally:
+                self._queue.task_done()
+
+    def notify(self, event: VerdictEvent) -> None:
+        """Queue `event` for the listeners (for callers that save verdicts themselves)."""
+        self._notify(event)
+
+    def _notify(self, event: VerdictEvent) -> None:
+        with self._lock:
+            if not self._listeners or self._closed:
+                return
+        self._ensure_thread()
+        self._queue.put(event)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until listeners have handled every verdict so far; False on timeout."""
+        if timeout is None:
+            self._queue.join()
+            return True
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Let listeners finish (up to `timeout`), then stop the listener thread."""
+        self.drain(timeout)
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout)
+
+    # -- analysis ----------------------------------------------------------------------
+
+    def register_cycle(
+        self, job_id: str, cycle: int, log_path: str, *, node: str | int | None = None
+    ) -> CycleRecord | None:
+        """Record that a cycle started writing `log_path` (no-op without a repository)."""
+        if self.repo is None:
+            return None
+        return self.repo.register_cycle(
+            job_id, cycle, log_path, node=None if node is None else str(node)
+        )
+
+    def history(self, job_id: str | None, cycle: int | None) -> list[PriorCycle]:
+        """The prior cycles the policy sees for (job, cycle): stored verdicts of cycles < cycle."""
+        if self.repo is None or job_id is None or cycle is None:
+            return []
+        prior = self.repo.prior_verdicts(job_id, cycle, limit=self.history_limit)
+        return [PriorCycle.from_verdict(c, v) for c, v in prior]
+
+    def stored_fr_ranks(self, job_id: str, cycle: int) -> list[int] | None:
+        """Culprit ranks of the Flight Recorder findings stored with a cycle, if any."""
+        return self._stored_fr_ranks(job_id, cycle)
+
+    def _stored_fr_ranks(self, job_id: str, cycle: int) -> list[int] | None:
+        if self.repo is None:
+            return None
+        rec = self.repo.get_cycle(job_id, cycle)
+        ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            return ranks
+        return None
+
+    def analyze_cycle(
+        self,
+        job_id: str | None,
+        cycle: int | None,
+        log_path: str | os.PathLike[str],
+        *,
+        fr_culprit_ranks: Sequence[int] | None = None,
+        evidence: CycleEvidence | None = None,
+        log_identity: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Analyse one cycle log; save and publish the verdict; return `Verdict.to_dict()`.
+
+        Without a repository (or without job_id/cycle) nothing is saved and the history is
+        empty. When `fr_culprit_ranks` is None, culprit ranks of Flight Recorder findings
+        stored with the cycle (`save_fr_findings`) are used, if any.
+
+        `evidence` (with its `log_identity` {"path", "size", "sha256"}) lets a caller that
+        already scanned the log incrementally (the service's growing logs) skip the scan;
+        `extra` is copied into the `VerdictEvent`. The event's `extra` also carries the
+        `fr_culprit_ranks` and the `prior_cycles` the policy saw.
+        """
+        started = time.perf_counter()
+        persist = self.repo is not None and job_id is not None and cycle is not None
+        if evidence is None:
+            evidence, ident = scan_with_identity(log_path, hash_log=self.hash_logs and persist)
+            identity = ident.to_dict()
+        else:
+            identity = {"path": os.fspath(log_path), "size": evidence.bytes, "sha256": None}
+            identity.update(log_identity or {})
+        history = self.history(job_id, cycle) if persist else []
+        if fr_culprit_ranks is None and persist:
+            assert job_id is not None and cycle is not None
+            fr_culprit_ranks = self._stored_fr_ranks(job_id, cycle)
+        fr = list(fr_culprit_ranks) if fr_culprit_ranks is not None else None
+        verdict = decide(evidence, history, self.policy, fr_culprit_ranks=fr)
+        result = verdict.to_dict()
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        if persist:
+            assert self.repo is not None and job_id is not None and cycle is not None
+            self.repo.save_verdict(job_id, cycle, result, log_identity=identity)
+            info = dict(extra or {})
+            info.setdefault("fr_culprit_ranks", fr)
+            info.setdefault("prior_cycles", [dataclasses.asdict(p) for p in history])
+            self._notify(
+                VerdictEvent(
+                    job_id=job_id,
+                    cycle=cycle,
+                    log_path=str(identity.get("path") or os.fspath(log_path)),
+                    verdict=copy.deepcopy(result),
+                    log_identity=dict(identity),
+                    audit_dir=self.audit_dir,
+                    analysis_ms=elapsed_ms,
+                    extra=info,
+                )
+            )
+        return result

@@ -1,0 +1,238 @@
+"""`relaunch analyze LOG`: analyse one cycle log and print its STOP/RESTART verdict.
+
+With `--db URL --job-id J` the verdict is saved and the job's earlier cycles are the
+history the policy sees (cycle N sees the stored cycles < N; without `--cycle`, the next
+cycle number of the job). Without `--db` nothing is saved and the history is empty.
+`--format json` prints exactly one JSON object (`Verdict.to_dict()`, plus `job_id`,
+`cycle` and `log` when saved); `--format text` is for people: verdict, why, evidence.
+
+Exit codes: 0 a verdict was printed (STOP or RESTART: read the verdict, not the code);
+2 bad input (usage, missing/unreadable log, directory, bad --cycle/--job-id);
+3 the database cannot be used (bad --db URL, unreachable server, locked or unwritable file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from relaunch_cli import llm_options
+from relaunch_cli.errors import UserError
+
+EXIT_BAD_INPUT = 2
+EXIT_DB = 3
+FIRST_CYCLE = 0
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Analyse one cycle log and print a STOP/RESTART verdict.",
+        epilog=(
+            "exit codes: 0 verdict printed (either decision), 2 bad input, "
+            "3 database unusable. See docs/storage.md."
+        ),
+    )
+    p.add_argument("log", metavar="LOG", help="the cycle log to analyse")
+    p.add_argument("--job-id", help="job the cycle belongs to (history key with --db)")
+    p.add_argument(
+        "--cycle",
+        type=int,
+        help="cycle number (>= 0); default with --db: the job's next cycle number",
+    )
+    p.add_argument(
+        "--db",
+        metavar="URL",
+        help="SQLAlchemy URL of the history database (e.g. sqlite:///runs/relaunch.db); "
+        "without it nothing is saved and history is empty",
+    )
+    p.add_argument("--format", choices=("json", "text"), default="text", help="output format")
+    llm_options.add_arguments(p)
+    return p
+
+
+def _check_log(path: str) -> None:
+    if not os.path.lexists(path):
+        raise UserError(f"no such file: {path}", EXIT_BAD_INPUT)
+    if os.path.isdir(path):
+        raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT)
+    if not os.path.exists(path):
+        raise UserError(f"broken symbolic link: {path}", EXIT_BAD_INPUT)
+    try:
+        with open(path, "rb") as f:
+            f.read(0)
+    except PermissionError:
+        raise UserError(f"permission denied: {path}", EXIT_BAD_INPUT) from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.cycle is not None and args.cycle < 0:
+        raise UserError(f"--cycle must be >= 0, got {args.cycle}", EXIT_BAD_INPUT)
+    if args.job_id is not None and (not args.job_id.strip() or len(args.job_id) > 255):
+        raise UserError("--job-id must be 1 to 255 characters", EXIT_BAD_INPUT)
+    if args.db is not None and args.job_id is None:
+        raise UserError("--db needs --job-id (the job whose history to use)", EXIT_BAD_INPUT)
+    _check_log(args.log)
+    llm_config = llm_options.config_from_args(args)
+
+    from storage import StorageError
+
+    try:
+        return _analyze(args, llm_config)
+    except StorageError as exc:
+        raise UserError(str(exc), EXIT_DB) from None
+
+
+def _analyze(args: argparse.Namespace, llm_config: Any) -> int:
+    from attribution.engine import AttributionEngine
+
+    repo = None
+    cycle = args.cycle
+    if args.db is not None:
+        from storage import open_repository
+
+        repo = open_repository(args.db)
+        if cycle is None:
+            cycle = repo.next_cycle(args.job_id, first=FIRST_CYCLE)
+    engine = AttributionEngine(repo)
+    try:
+        verdict = engine.analyze_cycle(args.job_id if repo else None, cycle, args.log)
+    except FileNotFoundError:
+        raise UserError(f"no such file: {args.log}", EXIT_BAD_INPUT) from None
+    except IsADirectoryError:
+        raise UserError(f"is a directory, not a log file: {args.log}", EXIT_BAD_INPUT) from None
+    except PermissionError:
+        raise UserError(f"permission denied: {args.log}", EXIT_BAD_INPUT) from None
+    if llm_config is not None:
+        verdict = _enrich(verdict, args, llm_config, engine, repo, cycle)
+    out = dict(verdict)
+    if repo is not None:
+        rec = repo.get_cycle(args.job_id, cycle)
+        out["job_id"] = args.job_id
+        out["cycle"] = cycle
+        if rec is not None:
+            out["log"] = rec.log_identity
+        repo.close()
+    engine.close()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(format_text(out))
+    return 0
+
+
+def _enrich(
+    verdict: dict[str, Any],
+    args: argparse.Namespace,
+    config: Any,
+    engine: Any,
+    repo: Any,
+    cycle: Any,
+) -> dict[str, Any]:
+    """Optional LLM enrichment (`--llm` flags): never turns a verdict into an error."""
+    try:
+        from restart_agent import llm
+
+        enrichment = llm.enrich(verdict, args.log, config)
+        enriched = llm.apply_enrichment(verdict, enrichment, engine.policy)
+    except Exception as exc:  # an LLM failure never costs the deterministic verdict
+        print(f"relaunch analyze: warning: LLM enrichment failed: {exc}", file=sys.stderr)
+        return verdict
+    if repo is not None:
+        repo.save_llm(args.job_id, cycle, dict(enriched.get("llm") or {}))
+        if enriched.get("decision") != verdict.get("decision"):
+            repo.save_verdict(args.job_id, cycle, enriched)
+    return enriched
+
+
+def _ranks(ranks: list[int], limit: int = 8) -> str:
+    if not ranks:
+        return "-"
+    spans: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    text = ",".join(spans[:limit])
+    return text + (",…" if len(spans) > limit else "")
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items() if not isinstance(v, (dict, list)))
+
+
+def format_text(v: dict[str, Any]) -> str:
+    """The verdict for people: decision first, then why, then the evidence with line numbers."""
+    lines: list[str] = []
+    where = ""
+    if v.get("job_id") is not None:
+        where = f"  (job {v['job_id']}, cycle {v.get('cycle')})"
+    lines.append(f"{v.get('decision')}{where}")
+    lines.append(f"why:       {v.get('basis')}")
+    lines.append(f"rule:      {v.get('rule')}")
+    p = v.get("primary")
+    if p:
+        rank = f", rank {p['rank']}" if p.get("rank") is not None else ""
+        lines.append(
+            f"primary:   {p.get('failure_class')} ({p.get('domain')}) at line {p.get('line')}{rank}"
+        )
+        lines.append(f"           {p.get('text')}")
+        lines.append(f"fingerprint: {p.get('fingerprint')}")
+        if p.get("entity"):
+            lines.append(f"entity:    {p['entity']}")
+    else:
+        lines.append("primary:   none found")
+    hist = v.get("history") or {}
+    if hist:
+        lines.append(f"history:   {_kv(hist)}")
+    budgets = v.get("budgets") or {}
+    if budgets:
+        lines.append(f"budgets:   {_kv(budgets)}")
+    prog = v.get("progress") or {}
+    if prog.get("known"):
+        parts = [f"last iteration {prog.get('last_iteration')}"]
+        if prog.get("line") is not None:
+            parts.append(f"line {prog['line']}")
+        if prog.get("dialect"):
+            parts.append(f"dialect {prog['dialect']}")
+        if prog.get("last_checkpoint"):
+            parts.append(f"last checkpoint {prog['last_checkpoint']}")
+        lines.append("progress:  " + ", ".join(parts))
+    else:
+        lines.append("progress:  unknown (no progress lines matched)")
+    fan = v.get("fan_out") or {}
+    if fan:
+        lines.append(f"fan-out:   {_kv(fan)}")
+    cascades = v.get("cascades") or []
+    if cascades:
+        lines.append("cascades:")
+        for c in cascades:
+            lines.append(
+                f"  {c.get('failure_class')} ({c.get('role')}) x{c.get('count')} "
+                f"on ranks {_ranks(list(c.get('ranks') or []))}, first at line {c.get('first_line')}"
+            )
+    evidence = v.get("evidence") or []
+    if evidence:
+        lines.append("evidence:")
+        for e in evidence:
+            rank = f" [rank {e['rank']}]" if e.get("rank") is not None else ""
+            lines.append(f"  {e.get('line'):>8}{rank} {e.get('failure_class')}: {e.get('text')}")
+    llm = v.get("llm") or {}
+    lines.append(f"llm:       {'contributed' if llm.get('contributed') else 'not used'}")
+    log_id = v.get("log")
+    scan = v.get("scan") or {}
+    if log_id or scan:
+        size = (log_id or {}).get("size", scan.get("bytes"))
+        lines.append(
+            f"log:       {(log_id or {}).get('path', '')} {size} bytes, {scan.get('lines', '?')} lines"
+        )
+    return "\n".join(lines) + "\n"
