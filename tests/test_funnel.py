@@ -285,3 +285,16 @@ def test_server_start_errors(tmp_path: Path) -> None:
     finally:
         a.stop()
     a.stop()  # idempotent
+
+
+def test_sink_is_a_cycle_log_line_sink(tmp_path: Path) -> None:
+    try:
+        from launcher.cycle_log import LineSink
+    except ImportError as exc:
+        pytest.skip(f"launcher.cycle_log not importable: {exc}")
+    with FunnelServer(tmp_path) as server:
+        sink = FunnelSink(server.address, "c.log")
+        assert isinstance(sink, LineSink)
+        sink.write_line("[rank 0]: hello")
+        sink.close()
+    assert (tmp_path / "c.log").read_text() == "[rank 0]: hello\n"

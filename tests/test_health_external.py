@@ -75,6 +75,7 @@ def test_unreachable_service_fails_open(caplog: pytest.LogCaptureFixture) -> Non
     assert "unreachable" in c.detail and "failing open" in c.detail
     assert c.data["grpc_code"] == "UNAVAILABLE"
     assert any("unreachable" in r.getMessage() for r in caplog.records)
+    assert report.reason.startswith("no check failed; failing open after errors: external_service")
 
 
 def test_slow_service_times_out_and_fails_open() -> None:
@@ -102,8 +103,12 @@ def test_slow_service_times_out_and_fails_open() -> None:
 def test_bad_endpoints_get_a_clear_error(endpoint: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         normalize_endpoint(endpoint)
-    with pytest.raises(ValueError, match=message):
-        preflight(gpu=False, endpoint=endpoint)
+    # In the preflight itself a bad endpoint fails open, recorded with the same message.
+    report = preflight(gpu=False, endpoint=endpoint)
+    assert report.healthy is True
+    (c,) = report.checks
+    assert c.status == "error" and message in c.detail
+    assert message in report.reason
 
 
 def test_good_endpoint_forms() -> None:

@@ -30,22 +30,36 @@ def preflight(
 ) -> HealthReport:
     """Check this node. `endpoint` is `--ft-node-health-check-endpoint` (None: no service).
 
-    Raises ValueError only for a malformed `endpoint` (a configuration error the CLI
-    should report before starting); every runtime problem fails open.
+    Never raises: every problem fails open and is recorded as an `error` check. A
+    malformed endpoint is such an error here; validate it at startup with
+    `launcher.health.external.normalize_endpoint` to report it to the user instead.
     """
     started = time.monotonic()
     checks: list[CheckResult] = []
+    endpoint_ok = True
     if endpoint is not None:
-        # Validate first so a typo is a startup error, not a silently skipped check.
-        normalize_endpoint(endpoint)
+        try:
+            normalize_endpoint(endpoint)
+        except ValueError as exc:
+            endpoint_ok = False
+            log.warning("node health endpoint ignored: %s", exc)
+            checks.append(
+                CheckResult("external_service", "error", str(exc), {"endpoint": endpoint})
+            )
     if gpu:
         try:
             checks.extend(gpu_checks(nvml_options or NvmlOptions()))
         except Exception as exc:  # noqa: BLE001 - a broken check never fails the node
             log.warning("GPU health check crashed: %s", exc, exc_info=True)
             checks.append(CheckResult("nvml", "error", f"GPU health check crashed: {exc}"))
-    if endpoint is not None:
-        checks.append(external_check(endpoint, timeout_s=endpoint_timeout_s, args=endpoint_args))
+    if endpoint is not None and endpoint_ok:
+        try:
+            checks.append(
+                external_check(endpoint, timeout_s=endpoint_timeout_s, args=endpoint_args)
+            )
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad timeout: fail open, recorded
+            log.warning("external health check not run: %s", exc)
+            checks.append(CheckResult("external_service", "error", f"not run: {exc}"))
     report = HealthReport.from_checks(
         checks, node=node or socket.gethostname(), duration_s=time.monotonic() - started
     )

@@ -52,8 +52,13 @@ class HealthReport:
     ) -> HealthReport:
         checks = list(checks)
         failed = [c for c in checks if c.failed]
+        errors = [c for c in checks if c.status == "error"]
         if failed:
             reason = "; ".join(f"{c.name}: {c.detail}" if c.detail else c.name for c in failed)
+        elif errors:
+            reason = "no check failed; failing open after errors: " + "; ".join(
+                f"{c.name}: {c.detail}" if c.detail else c.name for c in errors
+            )
         elif checks and all(c.status == "not_available" for c in checks):
             reason = "no health checks available on this node"
         else:

@@ -1,0 +1,58 @@
+"""preflight(): GPU checks (real pynvml) and the external service combined in one report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.health import CheckResult, HealthReport, preflight
+from launcher.health.nvml import NvmlOptions
+from tests._health_helpers import start_health_service
+
+FAST = NvmlOptions(window_s=0.2, samples=3)
+
+
+def test_gpu_and_healthy_service() -> None:
+    with start_health_service("healthy") as ep:
+        report = preflight(endpoint=ep, nvml_options=FAST, node="node-a")
+    names = [c.name for c in report.checks]
+    assert names[0] == "nvml" and names[-1] == "external_service"
+    assert report.healthy is True
+    assert report.node == "node-a"
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["healthy"] is True and d["node"] == "node-a"
+    assert d["checks"][-1]["status"] == "ok"
+    assert d["duration_s"] >= 0
+
+
+def test_gpu_and_failing_service_is_unhealthy_with_reason() -> None:
+    with start_health_service("fail_count") as ep:
+        report = preflight(endpoint=ep, nvml_options=FAST)
+    assert report.healthy is False
+    assert [c.name for c in report.failed_checks] == ["external_service"]
+    assert report.reason == "external_service: health service reported 2 failed check(s)"
+    assert report.to_dict()["reason"] == report.reason
+
+
+def test_no_checks_requested() -> None:
+    report = preflight(gpu=False)
+    assert report.healthy is True and report.checks == []
+
+
+def test_report_reasons() -> None:
+    ok = CheckResult("a", "ok")
+    na = CheckResult("b", "not_available", "no driver")
+    err = CheckResult("c", "error", "boom")
+    bad = CheckResult("d", "fail", "ECC")
+    assert HealthReport.from_checks([ok, na]).reason == "all available health checks passed"
+    assert HealthReport.from_checks([na]).reason == "no health checks available on this node"
+    r = HealthReport.from_checks([ok, err])
+    assert r.healthy and r.reason == "no check failed; failing open after errors: c: boom"
+    r = HealthReport.from_checks([ok, err, bad, CheckResult("e", "fail")])
+    assert not r.healthy and r.reason == "d: ECC; e"
+
+
+def test_check_status_is_validated() -> None:
+    with pytest.raises(ValueError, match="unknown check status 'bad'"):
+        CheckResult("x", "bad")  # type: ignore[arg-type]
