@@ -1,0 +1,494 @@
+"""The MCP server for agents: relaunch's history and analysis as Model Context Protocol tools.
+
+`build_server(repo, allowed_roots, dashboard_url=None) -> MCPServer` (mcp SDK v2) registers
+six tools, each with a JSON schema for its arguments (from the type hints) and for its
+structured result (from the pydantic result models below):
+
+- `list_jobs` — jobs with state and last verdict;
+- `get_job_verdicts` — one job's verdict history, cycle by cycle;
+- `explain_cycle` — one cycle's verdict: evidence lines, rule, budgets, history counts,
+  FR findings, LLM explanation, audit path, and what to do next;
+- `analyze_log` — analyse a log file (confined to the allowed roots) with the job's
+  history, optionally saving the verdict;
+- `search_history` — cycles of every job by fingerprint / failure class / decision;
+- `analyze_fr_dumps` — NCCL Flight Recorder dumps (confined) to culprit ranks.
+
+Bad arguments become tool errors (`isError: true`) with a one-line message; nothing
+is written unless `analyze_log(save=true)` is asked for. `relaunch mcp` (relaunch_cli/mcp_cmd.py)
+runs it over stdio or streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+INSTRUCTIONS = """\
+relaunch keeps distributed PyTorch training jobs alive and STOPs them when restarting is
+pointless. Use list_jobs to find a job, get_job_verdicts for its cycle-by-cycle STOP/RESTART
+history, explain_cycle for why one verdict was given (evidence lines with line numbers, the
+policy rule, budgets left), search_history to find other cycles with the same failure
+fingerprint, analyze_log / analyze_fr_dumps for files on this machine under the allowed roots.
+"""
+
+MAX_PATH_LEN = 4096
+MAX_FR_FILES = 4096
+
+
+# --------------------------------------------------------------------------- result models
+class JobSummary(BaseModel):
+    job_id: str
+    state: str
+    cycles: int = Field(description="stored cycles")
+    last_cycle: int | None = None
+    last_decision: str | None = Field(None, description="STOP or RESTART of the last cycle")
+    last_rule: str | None = None
+    last_failure_class: str | None = None
+    updated_at: str | None = None
+    dashboard_url: str | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+    count: int
+    truncated: bool = Field(description="true when more jobs exist than `limit`")
+
+
+class CycleVerdict(BaseModel):
+    job_id: str
+    cycle: int
+    status: str = Field(description="registered (not analysed yet) or analysed")
+    decision: str | None = None
+    rule: str | None = None
+    basis: str | None = Field(None, description="one sentence explaining the decision")
+    failure_class: str | None = None
+    fingerprint: str | None = None
+    domain: str | None = None
+    last_iteration: int | None = Field(None, description="progress reached in the cycle")
+    llm_contributed: bool | None = None
+    started_at: str | None = None
+    analysed_at: str | None = None
+    dashboard_url: str | None = None
+
+
+class JobVerdicts(BaseModel):
+    job: JobSummary
+    cycles: list[CycleVerdict]
+    stop_cycles: list[int] = Field(description="cycles whose verdict was STOP")
+
+
+class CycleExplanation(BaseModel):
+    job_id: str
+    cycle: int
+    decision: str | None
+    rule: str | None
+    basis: str | None
+    next_step: str = Field(description="what an operator or agent should do about this verdict")
+    primary: dict[str, Any] | None = Field(
+        None, description="the initiating failure: failure_class, line, rank, fingerprint, text"
+    )
+    evidence: list[dict[str, Any]] = Field(description="evidence lines with their line numbers")
+    cascades: list[dict[str, Any]] = Field(description="folded cascade/teardown groups")
+    budgets: dict[str, Any]
+    history: dict[str, Any] = Field(description="counts over prior cycles of the job")
+    progress: dict[str, Any]
+    fr_findings: dict[str, Any] | None = None
+    llm: dict[str, Any] | None = None
+    log: dict[str, Any] = Field(description="path, size and sha256 of the analysed log")
+    audit_path: str | None = None
+    dashboard_url: str | None = None
+
+
+class LogAnalysis(BaseModel):
+    path: str
+    job_id: str | None
+    cycle: int | None
+    saved: bool = Field(description="whether the verdict was stored in the history")
+    prior_cycles_considered: int
+    verdict: dict[str, Any] = Field(description="the verdict (relaunch analyze --format json)")
+
+
+class SearchResults(BaseModel):
+    cycles: list[CycleVerdict]
+    count: int
+    limit: int
+
+
+class FRAnalysis(BaseModel):
+    culprit_ranks: list[int]
+    files: int = Field(description="dump files read")
+    result: dict[str, Any] = Field(description="full analysis: per-process-group breakdown")
+
+
+# ------------------------------------------------------------------------------ helpers
+def _within(path: str, root: Path) -> bool:
+    root_s = str(root)
+    return path == root_s or path.startswith(root_s.rstrip(os.sep) + os.sep)
+
+
+def confine(raw: str, roots: Sequence[Path], *, allow_dir: bool = False) -> Path:
+    """The real path of `raw` if it is a file (or, with `allow_dir`, a directory) under a root.
+
+    Rejects relative paths, `..`, NUL bytes and symlinks resolving outside every root.
+    """
+    if not isinstance(raw, str) or not raw:
+        raise ToolError("path must be a non-empty string")
+    if len(raw) > MAX_PATH_LEN or "\x00" in raw:
+        raise ToolError("path is too long or contains a NUL byte")
+    if not os.path.isabs(raw):
+        raise ToolError(f"path must be absolute: {raw!r}")
+    if ".." in Path(raw).parts:
+        raise ToolError(f"path must not contain '..': {raw!r}")
+    if not roots:
+        raise ToolError("no allowed roots configured: start `relaunch mcp --allowed-root DIR`")
+    lexical = os.path.normpath(raw)
+    if not any(_within(lexical, r) for r in roots):
+        raise ToolError(f"path is outside the allowed roots: {raw!r}")
+    real = os.path.realpath(lexical)
+    if not any(_within(real, r) for r in roots):
+        raise ToolError(f"path resolves outside the allowed roots: {raw!r}")
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise ToolError(f"no such file: {raw!r}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot access {raw!r}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode) and allow_dir:
+        return Path(real)
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"not a regular file: {raw!r}")
+    if not os.access(real, os.R_OK):
+        raise ToolError(f"not readable: {raw!r}")
+    return Path(real)
+
+
+def _dict(record: Any) -> dict[str, Any]:
+    return dict(record.to_dict()) if hasattr(record, "to_dict") else dict(record)
+
+
+def _next_step(decision: str | None, primary: dict[str, Any] | None, status: str) -> str:
+    if status != "analysed" or decision is None:
+        return "The cycle is not analysed yet; ask again after it ends."
+    fclass = (primary or {}).get("failure_class") or "the failure"
+    line = (primary or {}).get("line")
+    where = f" (log line {line})" if line else ""
+    if decision == "STOP":
+        return (
+            f"Do not restart: fix {fclass}{where} in the job's code, data or configuration, "
+            "then launch again."
+        )
+    return (
+        f"Restarting is expected to help ({fclass}{where}); no action needed unless the same "
+        "fingerprint keeps recurring (see search_history)."
+    )
+
+
+class _Tools:
+    """The tool implementations over one repository (sync; called in worker threads)."""
+
+    def __init__(self, repo: Any, roots: Sequence[Path], dashboard_url: str | None) -> None:
+        self.repo = repo
+        self.roots = [Path(os.path.realpath(r)) for r in roots]
+        self.dashboard_url = dashboard_url.rstrip("/") if dashboard_url else None
+
+    def _url(self, job_id: str, cycle: int | None = None) -> str | None:
+        if not self.dashboard_url:
+            return None
+        url = f"{self.dashboard_url}/jobs/{quote(job_id, safe='')}"
+        return url if cycle is None else f"{url}/cycles/{cycle}"
+
+    def _job(self, record: Any) -> JobSummary:
+        d = _dict(record)
+        return JobSummary(
+            job_id=d["job_id"],
+            state=d.get("state") or "unknown",
+            cycles=int(d.get("cycles") or 0),
+            last_cycle=d.get("last_cycle"),
+            last_decision=d.get("last_decision"),
+            last_rule=d.get("last_rule"),
+            last_failure_class=d.get("last_failure_class"),
+            updated_at=d.get("updated_at"),
+            dashboard_url=self._url(d["job_id"]),
+        )
+
+    def _cycle(self, record: Any) -> CycleVerdict:
+        d = _dict(record)
+        return CycleVerdict(
+            job_id=d["job_id"],
+            cycle=d["cycle"],
+            status=d.get("status") or "unknown",
+            decision=d.get("decision"),
+            rule=d.get("rule"),
+            basis=d.get("basis"),
+            failure_class=d.get("failure_class"),
+            fingerprint=d.get("fingerprint"),
+            domain=d.get("domain"),
+            last_iteration=d.get("last_iteration"),
+            llm_contributed=d.get("llm_contributed"),
+            started_at=d.get("started_at"),
+            analysed_at=d.get("analysed_at"),
+            dashboard_url=self._url(d["job_id"], d["cycle"]),
+        )
+
+    def _get_job(self, job_id: str) -> Any:
+        try:
+            job = self.repo.get_job(job_id)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        if job is None:
+            raise ToolError(f"no job {job_id!r} in the history (see list_jobs)")
+        return job
+
+    def list_jobs(self, limit: int, state: str | None) -> JobList:
+        jobs = self.repo.list_jobs()
+        if state:
+            jobs = [j for j in jobs if j.state == state]
+        return JobList(
+            jobs=[self._job(j) for j in jobs[:limit]],
+            count=min(len(jobs), limit),
+            truncated=len(jobs) > limit,
+        )
+
+    def get_job_verdicts(self, job_id: str, last: int | None) -> JobVerdicts:
+        job = self._get_job(job_id)
+        cycles = self.repo.list_cycles(job_id, with_verdict=False)
+        if last is not None:
+            cycles = cycles[-last:] if last else []
+        rows = [self._cycle(c) for c in cycles]
+        return JobVerdicts(
+            job=self._job(job),
+            cycles=rows,
+            stop_cycles=[r.cycle for r in rows if r.decision == "STOP"],
+        )
+
+    def explain_cycle(self, job_id: str, cycle: int) -> CycleExplanation:
+        self._get_job(job_id)
+        rec = self.repo.get_cycle(job_id, cycle)
+        if rec is None:
+            raise ToolError(f"job {job_id!r} has no cycle {cycle} (see get_job_verdicts)")
+        d = _dict(rec)
+        verdict = d.get("verdict") or {}
+        primary = verdict.get("primary")
+        return CycleExplanation(
+            job_id=job_id,
+            cycle=cycle,
+            decision=d.get("decision"),
+            rule=d.get("rule"),
+            basis=d.get("basis"),
+            next_step=_next_step(d.get("decision"), primary, d.get("status") or ""),
+            primary=primary,
+            evidence=list(d.get("evidence") or verdict.get("evidence") or []),
+            cascades=list(verdict.get("cascades") or []),
+            budgets=dict(verdict.get("budgets") or {}),
+            history=dict(verdict.get("history") or {}),
+            progress=dict(verdict.get("progress") or {}),
+            fr_findings=d.get("fr_findings") or verdict.get("fr"),
+            llm=d.get("llm"),
+            log={
+                "path": d.get("log_path"),
+                "size": d.get("log_size"),
+                "sha256": d.get("log_sha256"),
+            },
+            audit_path=d.get("audit_path"),
+            dashboard_url=self._url(job_id, cycle),
+        )
+
+    def analyze_log(
+        self, path: str, job_id: str | None, cycle: int | None, save: bool
+    ) -> LogAnalysis:
+        real = confine(path, self.roots)
+        if (job_id is None) != (cycle is None):
+            raise ToolError("give both job_id and cycle (to use the job's history), or neither")
+        if save and job_id is None:
+            raise ToolError("save=true needs job_id and cycle")
+        from attribution.engine import AttributionEngine
+
+        engine = AttributionEngine(self.repo if save else None, hash_logs=save)
+        try:
+            if save:
+                prior = len(self.repo.prior_verdicts(job_id, cycle))
+                verdict = engine.analyze_cycle(job_id, cycle, str(real))
+            else:
+                from attribution.engine import scan_with_identity
+                from restart_agent import decide
+
+                history = []
+                if job_id is not None and cycle is not None:
+                    history = AttributionEngine(self.repo).history(job_id, cycle)
+                evidence, _ = scan_with_identity(real, hash_log=False)
+                verdict = decide(evidence, history, engine.policy).to_dict()
+                prior = len(history)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        except OSError as exc:
+            raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+        finally:
+            engine.close()
+        return LogAnalysis(
+            path=str(real),
+            job_id=job_id,
+            cycle=cycle,
+            saved=save,
+            prior_cycles_considered=prior,
+            verdict=verdict,
+        )
+
+    def search_history(
+        self,
+        fingerprint: str | None,
+        failure_class: str | None,
+        decision: str | None,
+        job_id: str | None,
+        limit: int,
+    ) -> SearchResults:
+        if not (fingerprint or failure_class):
+            raise ToolError("give a fingerprint or a failure_class to search for")
+        try:
+            rows = self.repo.search(
+                fingerprint=fingerprint or None,
+                failure_class=failure_class or None,
+                limit=limit,
+                job_id=job_id or None,
+                decision=decision or None,
+            )
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        return SearchResults(cycles=[self._cycle(r) for r in rows], count=len(rows), limit=limit)
+
+    def analyze_fr_dumps(self, paths: list[str]) -> FRAnalysis:
+        from attribution import fr
+
+        if not paths:
+            raise ToolError("give at least one dump file or directory")
+        files: list[Path] = []
+        for raw in paths:
+            real = confine(raw, self.roots, allow_dir=True)
+            if real.is_dir():
+                for child in sorted(real.iterdir()):
+                    if child.is_dir():
+                        continue
+                    # A symlink inside an allowed directory must not lead outside it.
+                    files.append(confine(str(child), self.roots))
+            else:
+                files.append(real)
+            if len(files) > MAX_FR_FILES:
+                raise ToolError(f"more than {MAX_FR_FILES} dump files")
+        if not files:
+            raise ToolError("no dump files in the given directories")
+        try:
+            result = fr.analyze_paths([str(f) for f in files])
+        except (ValueError, OSError) as exc:
+            raise ToolError(str(exc)) from None
+        return FRAnalysis(culprit_ranks=fr.culprit_ranks(result), files=len(files), result=result)
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=255, description="the job's --job-id")]
+Cycle = Annotated[int, Field(ge=0, description="cycle number (0 is the first launch)")]
+Decision = Annotated[
+    str | None, Field(None, pattern="^(STOP|RESTART)$", description="STOP or RESTART")
+]
+
+
+def build_server(
+    repo: Any, allowed_roots: Sequence[str | Path] = (), dashboard_url: str | None = None
+) -> MCPServer:
+    """The MCP server over `repo`; files are readable only under `allowed_roots`."""
+    tools = _Tools(repo, [Path(r) for r in allowed_roots], dashboard_url)
+    server = MCPServer("relaunch", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    async def run(fn: Any, *args: Any) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(fn, *args)
+        except ToolError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "StorageError":
+                raise ToolError(f"history database unavailable: {exc}") from None
+            raise
+
+    @server.tool(
+        description="List training jobs with their state and last STOP/RESTART verdict, most recently updated first."
+    )
+    async def list_jobs(
+        limit: Annotated[int, Field(ge=1, le=1000, description="most jobs to return")] = 50,
+        state: Annotated[
+            str | None,
+            Field(
+                None, description="only jobs in this state (running, succeeded, failed, stopped)"
+            ),
+        ] = None,
+    ) -> JobList:
+        return await run(tools.list_jobs, limit, state)
+
+    @server.tool(
+        description="A job's verdict history: one entry per cycle with decision, rule, basis, failure class, fingerprint and progress reached."
+    )
+    async def get_job_verdicts(
+        job_id: JobId,
+        last: Annotated[
+            int | None, Field(None, ge=0, le=10000, description="only the last N cycles")
+        ] = None,
+    ) -> JobVerdicts:
+        return await run(tools.get_job_verdicts, job_id, last)
+
+    @server.tool(
+        description="Explain one cycle's verdict: primary evidence and supporting lines with line numbers, folded cascades, the policy rule, budgets, history counts, FR findings, LLM explanation and the next step."
+    )
+    async def explain_cycle(job_id: JobId, cycle: Cycle) -> CycleExplanation:
+        return await run(tools.explain_cycle, job_id, cycle)
+
+    @server.tool(
+        description="Analyse a cycle log file on this machine (absolute path under an allowed root) into a STOP/RESTART verdict. With job_id and cycle the job's earlier cycles count as history; save=true also stores the verdict."
+    )
+    async def analyze_log(
+        path: Annotated[
+            str,
+            Field(
+                min_length=1, max_length=MAX_PATH_LEN, description="absolute path of the log file"
+            ),
+        ],
+        job_id: Annotated[str | None, Field(None, min_length=1, max_length=255)] = None,
+        cycle: Annotated[int | None, Field(None, ge=0)] = None,
+        save: Annotated[bool, Field(description="store the verdict in the history")] = False,
+    ) -> LogAnalysis:
+        return await run(tools.analyze_log, path, job_id, cycle, save)
+
+    @server.tool(
+        description="Search every job's analysed cycles by exact failure fingerprint and/or failure class (optionally one job, one decision), most recent first."
+    )
+    async def search_history(
+        fingerprint: Annotated[str | None, Field(None, max_length=4096)] = None,
+        failure_class: Annotated[
+            str | None, Field(None, max_length=128, description="e.g. cuda_oom")
+        ] = None,
+        decision: Decision = None,
+        job_id: Annotated[str | None, Field(None, max_length=255)] = None,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+    ) -> SearchResults:
+        return await run(tools.search_history, fingerprint, failure_class, decision, job_id, limit)
+
+    @server.tool(
+        description="Analyse NCCL Flight Recorder dumps (files or directories under an allowed root) and name the culprit ranks, with a per-process-group breakdown."
+    )
+    async def analyze_fr_dumps(
+        paths: Annotated[
+            list[str],
+            Field(
+                min_length=1,
+                max_length=MAX_FR_FILES,
+                description="absolute paths of dump files or directories",
+            ),
+        ],
+    ) -> FRAnalysis:
+        return await run(tools.analyze_fr_dumps, paths)
+
+    return server
