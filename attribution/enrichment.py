@@ -10,8 +10,10 @@ config's hard timeout, then:
 - when the policy let a grounded answer shorten a workload bug's retry budget, replaces
   the stored verdict of that cycle with the STOP (keeping log identity and audit path) —
   but only if the stored verdict is still the one that was enriched;
-- writes `llm-<job>-cycle<N>.json` next to the audit artifacts when the engine has an
-  audit directory.
+- writes `cycle_<N>.llm.json` next to the cycle's audit artifact (`cycle_<N>.json`, see
+  `attribution.audit`) when audit artifacts are written: the artifact stays the record of
+  the deterministic verdict (what `relaunch audit` re-checks), the sidecar records what the
+  LLM said and whether it contributed.
 
 A failing model, server, database or disk is logged (without the API key) and dropped.
 """
@@ -23,7 +25,6 @@ import json
 import logging
 import os
 import queue
-import re
 import tempfile
 import threading
 import time
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attribution.audit import artifact_path
 from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
 from storage import HistoryRepository
@@ -38,11 +40,12 @@ from storage import HistoryRepository
 log = logging.getLogger(__name__)
 
 ResultHook = Callable[[Any, dict[str, Any]], Any]
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def audit_sidecar_path(audit_dir: str | os.PathLike[str], job_id: str, cycle: int) -> Path:
-    return Path(audit_dir) / f"llm-{_UNSAFE.sub('_', job_id)}-cycle{int(cycle)}.json"
+def audit_sidecar_path(audit_path: str | os.PathLike[str]) -> Path:
+    """`<audit_dir>/<job>/cycle_<N>.llm.json` next to the artifact `cycle_<N>.json`."""
+    p = Path(audit_path)
+    return p.with_name(f"{p.stem}.llm.json")
 
 
 class EnrichmentListener:
@@ -55,6 +58,7 @@ class EnrichmentListener:
         policy: PolicyConfig | None = None,
         *,
         apply_policy: bool = True,
+        audit_dir: str | os.PathLike[str] | None = None,
         max_pending: int = 64,
         on_result: ResultHook | None = None,
     ) -> None:
@@ -62,6 +66,7 @@ class EnrichmentListener:
         self.config = config
         self.policy = policy or PolicyConfig()
         self.apply_policy = apply_policy
+        self.audit_dir = audit_dir
         self.on_result = on_result
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
         self._thread = threading.Thread(
@@ -131,19 +136,23 @@ class EnrichmentListener:
         if not self.apply_policy and llm.get("contributed"):
             llm = {**llm, "contributed": False, "not_used_because": "policy use is switched off"}
             result = {**verdict, "llm": llm}
+        record = None
         if self.repo is not None:
+            record = self.repo.get_cycle(event.job_id, event.cycle)
             if contributed:
-                self._replace_verdict(event, result)
+                self._replace_verdict(event, result, record)
             self.repo.save_llm(event.job_id, event.cycle, llm)
-        audit_dir = getattr(event, "audit_dir", None)
-        if audit_dir:
-            self._write_sidecar(audit_dir, event, result)
+        audit_path = record.audit_path if record is not None else None
+        audit_dir = self.audit_dir or getattr(event, "audit_dir", None)
+        if audit_path is None and audit_dir:
+            audit_path = os.fspath(artifact_path(audit_dir, event.job_id, event.cycle))
+        if audit_path:
+            self._write_sidecar(audit_sidecar_path(audit_path), event, result)
         if self.on_result is not None:
             self.on_result(event, result)
 
-    def _replace_verdict(self, event: Any, result: dict[str, Any]) -> None:
+    def _replace_verdict(self, event: Any, result: dict[str, Any], record: Any) -> None:
         assert self.repo is not None
-        record = self.repo.get_cycle(event.job_id, event.cycle)
         stored = record.verdict if record else None
         if stored is None or _identity(stored) != _identity(event.verdict):
             log.warning(
@@ -163,8 +172,7 @@ class EnrichmentListener:
             audit_path=record.audit_path if record else None,
         )
 
-    def _write_sidecar(self, audit_dir: str, event: Any, result: dict[str, Any]) -> None:
-        path = audit_sidecar_path(audit_dir, event.job_id, event.cycle)
+    def _write_sidecar(self, path: Path, event: Any, result: dict[str, Any]) -> None:
         payload = {
             "job_id": event.job_id,
             "cycle": event.cycle,

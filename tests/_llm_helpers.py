@@ -67,6 +67,7 @@ def make_verdict(
     domain: str = "workload",
     failure_class: str = "python_value_error",
     same_root: int = 0,
+    recoverability: str = "probable",
     extra_evidence: list[Evidence] | None = None,
 ) -> dict[str, Any]:
     primary = Evidence(
@@ -76,7 +77,7 @@ def make_verdict(
         failure_class=failure_class,
         domain=domain,  # type: ignore[arg-type]
         role="root",
-        recoverability="unknown",
+        recoverability=recoverability,
         text=PRIMARY_TEXT,
         fingerprint=f"{failure_class}:hidden_size N is not divisible by num_attention_heads N",
     )

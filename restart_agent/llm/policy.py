@@ -7,10 +7,11 @@ unchanged, with the enrichment recorded under `llm` and `contributed: false` plu
   cites lines that exist in the log and contain the quoted text);
 - at least one owner or outlook citation is a line the model was shown (the primary
   evidence window), so the answer is about this failure;
-- the deterministic verdict is RESTART by a rule listed in `shortenable_rules.yaml`
-  (a probable workload bug waiting for an identical recurrence), its primary evidence
-  is a workload failure, no evidence, cascade or Flight Recorder finding points at
-  infrastructure, and no prior cycle had this root yet (the wait is still pending);
+- the deterministic verdict is RESTART, its primary evidence is a workload failure whose
+  `recoverability` is listed in `shortenable.yaml` (a probable workload bug that would STOP
+  on its first identical recurrence; optionally also restricted to listed rule ids), no
+  evidence, cascade or Flight Recorder finding points at infrastructure, and no prior cycle
+  had this root yet (the wait is still pending);
 - the model says owner "workload", outlook "will_not_recover" and
   `deterministic_workload_bug: true`.
 
@@ -35,10 +36,23 @@ HOW = "shortened the workload retry budget: STOP now instead of waiting for an i
 
 
 @cache
-def shortenable_rules() -> frozenset[str]:
-    text = resources.files(__package__).joinpath("shortenable_rules.yaml").read_text("utf-8")
+def _table() -> dict[str, frozenset[str]]:
+    text = resources.files(__package__).joinpath("shortenable.yaml").read_text("utf-8")
     data = yaml.safe_load(text) or {}
-    return frozenset(str(r) for r in data.get("rules", []))
+    return {
+        "recoverability": frozenset(str(r) for r in data.get("recoverability") or []),
+        "rules": frozenset(str(r) for r in data.get("rules") or []),
+    }
+
+
+def shortenable_recoverability() -> frozenset[str]:
+    """Primary `recoverability` values whose retry budget a grounded answer may shorten."""
+    return _table()["recoverability"]
+
+
+def shortenable_rules() -> frozenset[str]:
+    """Deterministic rule ids that may be shortened (empty: any rule, by recoverability)."""
+    return _table()["rules"]
 
 
 def llm_record(enrichment: dict[str, Any] | None) -> dict[str, Any]:
@@ -100,11 +114,17 @@ def why_not(
     answer = enrichment.get("answer") or {}
     if verdict.get("decision") != "RESTART":
         return "verdict is already STOP"
-    if verdict.get("rule") not in shortenable_rules():
-        return f"rule {verdict.get('rule')!r} has no retry budget an LLM may shorten"
     primary = verdict.get("primary") or {}
     if primary.get("domain") != "workload":
         return f"primary failure is {primary.get('domain') or 'unknown'}, not a workload bug"
+    if primary.get("recoverability") not in shortenable_recoverability():
+        return (
+            f"recoverability {primary.get('recoverability')!r} has no workload retry budget "
+            "an LLM may shorten"
+        )
+    rules = shortenable_rules()
+    if rules and verdict.get("rule") not in rules:
+        return f"rule {verdict.get('rule')!r} has no retry budget an LLM may shorten"
     if _mentions_infrastructure(verdict):
         return "evidence points at infrastructure"
     prior = (verdict.get("history") or {}).get("same_root_prior_cycles") or 0
