@@ -102,6 +102,11 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ApiError):  # raised while the body was read (size limit)
+            return error_response(cause.error_code, cause.message, cause.headers)
+        if exc.status_code == 400:  # the framework could not parse the body
+            return error_response("malformed_request", f"malformed request body: {exc.detail}")
         code = {
             404: "not_found",
             405: "method_not_allowed",

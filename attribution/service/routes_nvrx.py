@@ -54,6 +54,11 @@ def log_answer(tl: TrackedLog) -> dict[str, Any]:
         "cycle_id": tl.cycle,
         "log_path": str(tl.path),
         "cached": tl.cached,
+        "analysis": {
+            "bytes_read": tl.read_total,
+            "tail_bytes": tl.tail_bytes,
+            "file_resets": tl.resets,
+        },
     }
 
 

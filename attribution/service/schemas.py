@@ -56,6 +56,9 @@ class LogResult(BaseModel):
     cycle_id: int
     log_path: str
     cached: bool = False
+    analysis: dict[str, Any] | None = Field(
+        default=None, description="bytes_read (all passes), tail_bytes (final pass), file_resets"
+    )
 
 
 class Health(BaseModel):

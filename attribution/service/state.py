@@ -103,7 +103,7 @@ class ServiceState:
         self._poll_task: asyncio.Task[None] | None = None
         self.analyses = 0
         self.cache_hits = 0
-        self.listener_errors = 0
+        self._evicted_read = 0
 
     # --- lifecycle ---------------------------------------------------------------------
     def _install_listeners(self) -> None:
@@ -169,6 +169,7 @@ class ServiceState:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             tracked = len(self._logs)
+            bytes_read = self._evicted_read + sum(t.read_total for t in self._logs.values())
             progressive = sum(1 for t in self._logs.values() if t.intent == "progressive")
         out: dict[str, Any] = {
             "tracked_logs": tracked,
@@ -178,6 +179,7 @@ class ServiceState:
             "analyses_inflight": self.coalescer.inflight(),
             "analyses_completed": self.analyses,
             "cache_hits": self.cache_hits,
+            "bytes_read": bytes_read,
             "uptime_s": round(time.time() - self.started_at, 3),
         }
         for fn in self.listeners:
@@ -206,6 +208,7 @@ class ServiceState:
                 if victim is None:
                     break
                 gone = self._logs.pop(victim)
+                self._evicted_read += gone.read_total
                 self._by_key.pop(gone.key, None)
 
     def tracked(self, path: str) -> TrackedLog | None:

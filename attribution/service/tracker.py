@@ -38,6 +38,8 @@ class TrackedLog:
     file_id: tuple[int, int] | None = None
     sha: Any = None
     resets: int = 0  # times the file was replaced/truncated and re-read
+    read_total: int = 0  # bytes read from the file over the log's life (all passes)
+    tail_bytes: int | None = None  # bytes the final analysis still had to read
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # analysis state
     future: Future[dict[str, Any]] | None = None
@@ -87,6 +89,7 @@ class TrackedLog:
                 self.sha.update(chunk)
                 read += len(chunk)
             self.offset += read
+            self.read_total += read
             return read
 
     def finish(self) -> tuple[Any, dict[str, Any]]:
@@ -97,7 +100,7 @@ class TrackedLog:
         """
         if not self.path.exists():
             raise FileNotFoundError(str(self.path))
-        self.feed_new()
+        self.tail_bytes = self.feed_new()
         evidence = self.scanner.finish()
         identity = {"path": str(self.path), "size": self.offset, "sha256": self.sha.hexdigest()}
         self.scanner, self.offset, self.file_id, self.sha = None, 0, None, None

@@ -1,0 +1,190 @@
+"""Bad input and hostile clients against the real service: every answer is a JSON error.
+
+Path confinement (`..`, symlink escape, non-regular files, relative paths), bearer auth,
+request size limits, malformed JSON, bad parameters, unknown job/cycle, rate limiting
+(429 + Retry-After) and overload (503). After each attack the service still serves and
+the stored history is intact.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests._service_helpers import service_factory  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+LOG = "[rank0]: iteration 5 | lm loss 2.5\n[rank0]: ValueError: bad learning rate -1\n"
+
+
+def err(resp, status: int, code: str) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error_code", "message"} and body["error_code"] == code, body
+    assert body["message"]
+    return body
+
+
+@pytest.fixture
+def svc(service_factory):  # noqa: F811
+    return service_factory()
+
+
+def post(c, path, **kw):
+    return c.post("/logs", json={"log_path": path, **kw})
+
+
+def test_path_confinement_attacks(svc, tmp_path: Path):
+    root = svc.root
+    good = root / "ok.log"
+    good.write_text(LOG)
+    outside = tmp_path / "secret.log"
+    outside.write_text("TOKEN=hunter2\n")
+    (root / "escape.log").symlink_to(outside)
+    (root / "linkdir").symlink_to(tmp_path)
+    (root / "adir").mkdir()
+    os.mkfifo(root / "fifo.log")
+    (root / "devnull").symlink_to("/dev/null")
+    with svc.client() as c:
+        err(post(c, str(root / ".." / "secret.log")), 400, "invalid_path")
+        err(post(c, f"{root}/adir/../../secret.log"), 400, "invalid_path")
+        err(post(c, "relative/path.log"), 400, "invalid_path")
+        err(post(c, ""), 400, "invalid_path")
+        err(post(c, str(root) + "/x\x00.log"), 400, "invalid_path")
+        err(post(c, "/etc/passwd", analysis_intent="terminal"), 403, "outside_allowed_root")
+        err(post(c, str(root) + "-sibling/a.log"), 403, "outside_allowed_root")
+        err(
+            post(c, str(root / "escape.log"), analysis_intent="terminal"),
+            403,
+            "outside_allowed_root",
+        )
+        err(post(c, str(root / "linkdir" / "secret.log")), 403, "outside_allowed_root")
+        err(post(c, str(root / "adir"), analysis_intent="terminal"), 400, "not_regular_file")
+        err(post(c, str(root / "fifo.log"), analysis_intent="terminal"), 400, "not_regular_file")
+        err(post(c, str(root / "devnull"), analysis_intent="terminal"), 403, "outside_allowed_root")
+        err(post(c, str(root / "missing.log"), analysis_intent="terminal"), 404, "not_found")
+        err(c.get("/logs", params={"log_path": "/etc/shadow"}), 403, "outside_allowed_root")
+        err(c.get("/logs", params={"log_path": str(root / "never.log")}), 404, "not_submitted")
+        # the service is unharmed and still answers legitimate requests
+        ok = post(c, str(good), job_id="j", cycle_id=0, analysis_intent="terminal")
+        assert ok.status_code == 200
+        assert c.get("/logs", params={"log_path": str(good)}).json()["status"] == "completed"
+
+
+def test_unreadable_file_is_403(svc):
+    if os.geteuid() == 0:
+        pytest.skip("running as root: file permissions do not stop reads")
+    f = svc.root / "locked.log"
+    f.write_text(LOG)
+    f.chmod(0)
+    with svc.client() as c:
+        err(post(c, str(f), analysis_intent="terminal"), 403, "unreadable")
+
+
+def test_malformed_bodies_and_bad_parameters(svc):
+    good = svc.root / "ok.log"
+    good.write_text(LOG)
+    with svc.client() as c:
+        h = {"content-type": "application/json"}
+        err(c.post("/logs", content=b"{not json", headers=h), 422, "malformed_request")
+        err(c.post("/logs", content=b"[1, 2]", headers=h), 422, "malformed_request")
+        err(c.post("/logs", json={"user": "x"}), 422, "malformed_request")  # no log_path
+        err(c.post("/logs", content=b"\xff\xfe\x00", headers=h), 422, "malformed_request")
+        err(post(c, str(good), cycle_id=True), 400, "invalid_parameter")
+        err(post(c, str(good), cycle_id="3"), 400, "invalid_parameter")
+        err(post(c, str(good), cycle_id=-1), 400, "invalid_parameter")
+        err(post(c, str(good), cycle_id=2**40), 400, "invalid_parameter")
+        err(post(c, str(good), analysis_intent="now"), 400, "invalid_parameter")
+        err(post(c, str(good), job_id="../../etc"), 400, "invalid_parameter")
+        err(post(c, str(good), job_id="x" * 300), 400, "invalid_parameter")
+        err(post(c, 42), 400, "invalid_parameter")
+        err(c.get("/logs"), 400, "invalid_parameter")
+        err(
+            c.get("/logs", params={"log_path": str(good), "wait": "maybe"}),
+            400,
+            "invalid_parameter",
+        )
+        err(c.get("/v1/jobs/j/cycles/notanint"), 400, "invalid_parameter")
+        err(c.get("/v1/jobs/j/cycles/-3"), 400, "invalid_parameter")
+        err(c.get("/v1/jobs/bad%20id"), 400, "invalid_parameter")
+        err(c.get("/v1/jobs/unknown"), 404, "not_found")
+        err(c.get("/v1/jobs/unknown/cycles/0/verdict"), 404, "not_found")
+        err(c.get("/v1/nothing-here"), 404, "not_found")
+        err(c.delete("/logs"), 405, "method_not_allowed")
+        # history is intact and the service healthy after all of it
+        assert c.get("/v1/jobs").json() == {"jobs": []}
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
+def test_bearer_token(service_factory):  # noqa: F811
+    svc = service_factory(token="s3cret-token")
+    with svc.client(token=False) as anon:
+        assert anon.get("/healthz").status_code == 200  # health stays open for probes
+        err(anon.get("/v1/jobs"), 401, "unauthorized")
+        err(anon.post("/logs", json={"log_path": "/x"}), 401, "unauthorized")
+        assert anon.get("/v1/jobs").headers["www-authenticate"] == "Bearer"
+    with svc.client(token="wrong") as bad:
+        err(bad.get("/v1/jobs"), 401, "unauthorized")
+    with svc.client(token="s3cret-token-and-more") as longer:
+        err(longer.get("/v1/jobs"), 401, "unauthorized")
+    with svc.client() as good:
+        assert good.get("/v1/jobs").status_code == 200
+    assert "s3cret-token" not in svc.output()
+
+
+def test_request_size_limits(service_factory):  # noqa: F811
+    svc = service_factory(extra_args=["--max-body-bytes", "2048", "--max-upload-bytes", "65536"])
+    with svc.client() as c:
+        big = {"log_path": "/x", "user": "u" * 5000}
+        err(c.post("/logs", json=big), 413, "payload_too_large")
+
+        def chunks():
+            for _ in range(10):
+                yield b"a" * 1024  # no Content-Length: counted as it streams
+
+        err(
+            c.post("/logs", content=chunks(), headers={"content-type": "application/json"}),
+            413,
+            "payload_too_large",
+        )
+        err(c.post("/v1/jobs/u/cycles/0/log", content=b"x" * 70_000), 413, "payload_too_large")
+        ok = c.post("/v1/jobs/u/cycles/0/log", content=LOG.encode())
+        assert ok.status_code == 200 and ok.json()["status"] == "completed"
+
+
+def test_rate_limit_answers_429_with_retry_after(service_factory):  # noqa: F811
+    svc = service_factory(extra_args=["--rate-limit", "1", "--rate-burst", "3"])
+    with svc.client() as c:
+        codes = [c.get("/v1/jobs") for _ in range(6)]
+        limited = [r for r in codes if r.status_code == 429]
+        assert [r.status_code for r in codes[:3]] == [200, 200, 200]
+        assert limited, [r.status_code for r in codes]
+        body = err(limited[0], 429, "rate_limited")
+        assert body["message"]
+        assert int(limited[0].headers["retry-after"]) >= 1
+        assert c.get("/healthz").status_code == 200  # never rate limited
+
+
+def test_overload_answers_503(service_factory):  # noqa: F811
+    svc = service_factory(extra_args=["--max-pending", "1", "--workers", "1"])
+    big = svc.root / "big.log"
+    with open(big, "w") as fh:
+        for i in range(300_000):
+            fh.write(f"[rank{i % 64}]: iteration {i} | consumed samples {i * 64} | loss 1.5\n")
+    small = svc.root / "small.log"
+    small.write_text(LOG)
+    with svc.client() as c:
+        first = post(c, str(big), job_id="big", cycle_id=0, analysis_intent="terminal")
+        assert first.status_code == 200
+        second = post(c, str(small), job_id="small", cycle_id=0, analysis_intent="terminal")
+        err(second, 503, "overloaded")
+        assert second.headers["retry-after"] == "1"
+        assert c.get("/logs", params={"log_path": str(big)}).json()["status"] == "completed"
+        # once the queue drained the same request is accepted
+        assert (
+            post(c, str(small), job_id="small", cycle_id=0, analysis_intent="terminal").status_code
+            == 200
+        )
