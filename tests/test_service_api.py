@@ -16,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests._service_helpers import REPO_ROOT, cli_env, service_factory  # noqa: F401
+from tests._service_helpers import (  # noqa: F401
+    REPO_ROOT,
+    cli_env,
+    require_restart_agent,
+    service_factory,
+)
+
+require_restart_agent()
 
 pytestmark = pytest.mark.slow
 

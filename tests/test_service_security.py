@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests._service_helpers import service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+
+require_restart_agent()
 
 pytestmark = pytest.mark.slow
 
