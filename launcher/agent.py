@@ -418,6 +418,11 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+    # torch 2.13's c10d rendezvous shares one TCPStore across rounds and the workers reuse
+    # it without a per-attempt prefix, so after a restart gloo can read the dead cycle's
+    # addresses ("connectFullMesh failed ... Connection refused") or wait on them. A fresh
+    # store per round (rank 0 of the workers hosts it) avoids that; override by setting it.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
     def attribution_factory(on_verdict: Any, on_warning: Any) -> AttributionClient:
         return make_client(

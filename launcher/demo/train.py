@@ -1,0 +1,114 @@
+"""The demo training job: 2 ranks, gloo on CPU, a tiny model, checkpoints, injected faults.
+
+Run by `relaunch demo` under `relaunch run`. The story it tells, one cycle at a time:
+
+- cycle 0: training runs, checkpoints, then rank 1 hits an infrastructure-like fault
+  (a realistic NCCL network error line, then the process dies by SIGKILL) -> RESTART;
+- cycle 1: resumes from the last checkpoint, makes progress, then rank 0 meets a corrupt
+  data sample (a workload bug: it is in the data, it will be there every time);
+- cycle 2: resumes, reaches the same sample, fails identically without progress -> STOP.
+
+Arguments: `--workdir DIR` (checkpoints), `--iterations N`, `--ckpt-every K`,
+`--fault-at I` (iteration of the infrastructure fault in the first cycle) and
+`--bad-sample-at I` (iteration whose data sample is corrupt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from launcher.client import heartbeat, report_progress, section
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--ckpt-every", type=int, default=5)
+    p.add_argument("--fault-at", type=int, default=12)
+    p.add_argument("--bad-sample-at", type=int, default=23)
+    return p.parse_args()
+
+
+def _batch(iteration: int, rank: int, bad_at: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(iteration * 100 + rank)
+    x = torch.randn(8, 16, generator=g)
+    y = x.sum(dim=1, keepdim=True)
+    if iteration == bad_at and rank == 0:
+        x = torch.randn(8, 17, generator=g)  # the corrupt sample: one feature too many
+        shard = "/data/train/shard-00003.bin"
+        raise ValueError(
+            f"corrupt sample in {shard}: expected 16 features per row, got {x.shape[1]}"
+        )
+    return x, y
+
+
+def main() -> int:
+    a = _args()
+    ckpt_dir = Path(a.workdir) / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    cycle = int(os.environ.get("RELAUNCH_CYCLE", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    heartbeat()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    start = 0
+    latest = ckpt_dir / "latest.pt"
+    if latest.exists():
+        state = torch.load(latest, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start = int(state["iteration"])
+        print(f"resumed from checkpoint {latest} at iteration {start}", flush=True)
+    elif rank == 0:
+        print("no checkpoint: starting from scratch", flush=True)
+
+    for it in range(start + 1, a.iterations + 1):
+        with section("step"):
+            x, y = _batch(it, rank, a.bad_sample_at)
+            loss = nn.functional.mse_loss(ddp(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        heartbeat()
+        ckpt = None
+        if it % a.ckpt_every == 0:
+            dist.barrier()
+            if rank == 0:
+                tmp = ckpt_dir / "latest.pt.tmp"
+                torch.save(
+                    {"model": model.state_dict(), "optim": opt.state_dict(), "iteration": it}, tmp
+                )
+                os.replace(tmp, latest)
+                ckpt = str(latest)
+            dist.barrier()
+        if rank == 0:
+            print(f"iteration {it} loss {loss.item():.4f}", flush=True)
+        report_progress(iteration=it, checkpoint=ckpt)
+        if cycle == 0 and it == a.fault_at and rank == 1:
+            host = os.uname().nodename
+            print(
+                f"{host}:{os.getpid()}:{os.getpid() + 7} [1] NCCL WARN NET/IB : Got completion "
+                "from peer 10.0.0.3<40527> with error 12, opcode 0, len 0, vendor err 129",
+                flush=True,
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        print(f"training finished: {a.iterations} iterations on {world} ranks", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`relaunch demo`: run the main job end to end on this machine and explain what happened.
+
+A real 2-rank gloo training job (`launcher/demo/train.py`) under `relaunch run` with the
+embedded defaults (SQLite history, in-process analyzer, CPU workers): an infrastructure-like
+fault is restarted from the checkpoint, a recurring workload bug is stopped by the verdict.
+Prints each cycle's verdict and where the logs, the database and the audit files are.
+Exit 0 when the job was stopped by a STOP verdict after at least one RESTART (the story).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from relaunch_cli.errors import UserError
+
+DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "launcher" / "demo" / "train.py"
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", default="relaunch-demo", help="work dir (default ./relaunch-demo)")
+    p.add_argument("--iterations", type=int, default=40, help="training iterations (default 40)")
+    p.add_argument("--max-restarts", type=int, default=5, help="restart budget (default 5)")
+    p.add_argument("--quiet", action="store_true", help="only the summary")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher import config
+    from launcher.agent import EXIT_STOPPED, RelaunchAgent, launch
+
+    if args.iterations < 30:
+        raise UserError("--iterations must be >= 30 (the workload bug sits at iteration 23)")
+    work = Path(args.workdir).resolve()
+    if work.exists() and not work.is_dir():
+        raise UserError(f"--workdir {work} exists and is not a directory")
+    shutil.rmtree(work / "checkpoints", ignore_errors=True)  # each demo starts from scratch
+    work.mkdir(parents=True, exist_ok=True)
+    job_id = time.strftime("demo-%Y%m%d-%H%M%S")
+    settings = config.resolve(
+        {
+            "script": str(DEMO_SCRIPT),
+            "script_args": ["--workdir", str(work), "--iterations", str(args.iterations)],
+            "nproc_per_node": 2,
+            "job_id": job_id,
+            "log_dir": str(work / "logs"),
+            "max_restarts": args.max_restarts,
+            "ft_db_url": f"sqlite:///{work / 'relaunch.db'}",
+            "ft_audit_dir": str(work / "audit"),
+            "ft_heartbeat_timeout": 30.0,
+            "ft_initial_heartbeat_timeout": 120.0,
+            "workers_stop_timeout": 5.0,
+            "ft_gpu_health": "off",
+        }
+    )
+    print(f"relaunch demo: job {job_id}: 2 ranks, gloo on CPU, work dir {work}", flush=True)
+    captured: dict[str, RelaunchAgent] = {}
+    original_init = RelaunchAgent.__init__
+
+    def remember(self: RelaunchAgent, *a: object, **kw: object) -> None:
+        original_init(self, *a, **kw)
+        captured["agent"] = self
+
+    RelaunchAgent.__init__ = remember  # type: ignore[method-assign]
+    try:
+        out = open(work / "launcher.out", "w") if args.quiet else sys.stdout  # noqa: SIM115
+        code = launch(settings, out=out)
+    finally:
+        RelaunchAgent.__init__ = original_init  # type: ignore[method-assign]
+    agent = captured.get("agent")
+    verdicts = agent.verdicts if agent is not None else {}
+    print("\nrelaunch demo: verdicts")
+    for cycle in sorted(verdicts):
+        v = verdicts[cycle]
+        rule = f" [{v.rule}]" if v.rule else ""
+        print(f"  cycle {cycle}: {v.decision}{rule}: {v.reason}")
+    job_dir = settings.job_dir.resolve()
+    audits = sorted((work / "audit").rglob("*.json")) if (work / "audit").exists() else []
+    print(f"\n  exit code       {code}" + (" (stopped by verdict)" if code == EXIT_STOPPED else ""))
+    print(f"  cycle logs      {job_dir}/cycle_<N>.log")
+    print(f"  database        {settings.db_url()}")
+    print(f"  audit files     {work / 'audit'} ({len(audits)} files)")
+    print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8000/")
+    decisions = [verdicts[c].decision for c in sorted(verdicts)]
+    ok = code == EXIT_STOPPED and "RESTART" in decisions and decisions[-1:] == ["STOP"]
+    if not ok:
+        print("relaunch demo: the job did not end as the demo expects (RESTART, then STOP)")
+        return 1
+    return 0
