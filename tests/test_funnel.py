@@ -298,3 +298,20 @@ def test_sink_is_a_cycle_log_line_sink(tmp_path: Path) -> None:
         sink.write_line("[rank 0]: hello")
         sink.close()
     assert (tmp_path / "c.log").read_text() == "[rank 0]: hello\n"
+
+
+def test_writer_going_away_is_reported_to_the_node(tmp_path: Path) -> None:
+    server = FunnelServer(tmp_path)
+    server.start()
+    sink = FunnelSink(server.address, "gone.log", batch_lines=1, send_timeout_s=5)
+    sink.write_line("before")
+    deadline = time.monotonic() + 10
+    while not server.stats()["lines_by_node"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.stop(grace=0.2)
+    with pytest.raises(FunnelError, match="went away while streaming 'gone.log'"):
+        for _ in range(500):
+            sink.write_line("after")
+            time.sleep(0.01)
+        sink.close()
+    assert (tmp_path / "gone.log").read_text().startswith("before\n")

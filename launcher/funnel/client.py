@@ -108,6 +108,11 @@ class FunnelSink:
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code in ("UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED"):
+                return FunnelError(
+                    f"log funnel at {self.address} went away while streaming "
+                    f"{self.relpath!r} ({code}): {details}"
+                )
             return FunnelError(
                 f"log funnel at {self.address} refused {self.relpath!r} ({code}): {details}"
             )
