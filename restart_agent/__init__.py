@@ -10,3 +10,30 @@ Public API (stable; other packages use only these):
 - `analyze_file(path, history=(), config=PolicyConfig(), fr_culprit_ranks=None) -> Verdict`
 - the model types in `restart_agent.model`
 """
+
+from restart_agent.analyze import analyze_file
+from restart_agent.model import (
+    CascadeGroup,
+    CycleEvidence,
+    Evidence,
+    PolicyConfig,
+    PriorCycle,
+    Progress,
+    Verdict,
+)
+from restart_agent.policy import decide
+from restart_agent.scanner import LogScanner, scan_file
+
+__all__ = [
+    "CascadeGroup",
+    "CycleEvidence",
+    "Evidence",
+    "LogScanner",
+    "PolicyConfig",
+    "PriorCycle",
+    "Progress",
+    "Verdict",
+    "analyze_file",
+    "decide",
+    "scan_file",
+]

@@ -32,13 +32,16 @@ class Evidence:
     fingerprint: str  # stable across cycles and ranks (class + normalised message)
     entity: str | None = None  # affected entity kept apart from the fingerprint
     node: str | None = None  # host/node name when the log says so
+    # traceback lines of the same rank that led to this line: [{"line": n, "text": s}, ...]
+    context: list[dict[str, Any]] = field(default_factory=list)
+    user_frame: str | None = None  # "path:line" of the innermost frame of the user's code
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ class CycleEvidence:
     lines: int
     bytes: int
     truncated_last_line: bool = False
+    # first cascade/teardown line per (class, rank): lets decide() re-pick the primary
+    # on the Flight Recorder's culprit ranks when a cycle only shows cascades
+    cascade_evidence: list[Evidence] = field(default_factory=list)
+    first_teardown_line: int | None = None  # roots after this line are likely teardown noise
+    primary_reason: str = ""  # why `primary` was chosen (earliest root, cascade only, ...)
+    root_lines: int = 0  # root-capable lines seen (all ranks, before dedup)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,9 @@ class PriorCycle:
     last_iteration: int | None
     last_checkpoint: str | None = None
     progress_known: bool = False
+    entity: str | None = None
+    checkpoint_iteration: int | None = None
+    recoverability: str | None = None
 
     @classmethod
     def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
@@ -116,6 +128,9 @@ class PriorCycle:
             last_iteration=progress.get("last_iteration"),
             last_checkpoint=progress.get("last_checkpoint"),
             progress_known=bool(progress.get("known")),
+            entity=primary.get("entity"),
+            checkpoint_iteration=progress.get("checkpoint_iteration"),
+            recoverability=primary.get("recoverability"),
         )
 
 

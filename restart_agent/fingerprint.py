@@ -1,0 +1,72 @@
+"""Failure fingerprints and affected entities.
+
+A fingerprint is `failure_class` plus a short hash of the normalised message: numbers,
+hex, addresses, volatile path parts, ranks, PIDs, timestamps, IPs and ports are masked,
+so the same failure gives the same fingerprint on every rank and in every cycle. The
+affected entity (a path, a data index, a checkpoint) is extracted separately and never
+enters the fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+# Order matters: wider tokens first (timestamps before bare numbers, IPs before numbers).
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(rx), repl)
+    for rx, repl in (
+        (r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?", "<ts>"),
+        (r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b", "<ts>"),
+        (r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b", "<ip>"),
+        (r"\[[0-9a-fA-F:]*:[0-9a-fA-F:]+\](?::\d+)?", "<ip>"),
+        (r"\b[\w.-]+:\d{2,5}\b(?=[\s,)\]>]|$)", "<host:port>"),
+        (r"(?:/[^\s'\"/:,()\[\]]+)+/?", "<path>"),
+        (r"\b0x[0-9a-fA-F]+\b", "<hex>"),
+        (r"\b[0-9a-fA-F]{8,}\b", "<hex>"),
+        (r"\b(?:pid|PID|tid|rank|Rank|RANK|local_rank|node|host)[=: ]+\S+", "<id>"),
+        (r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "<n>"),
+        (r"'[^']{40,}'|\"[^\"]{40,}\"", "<str>"),
+        (r"\s+", " "),
+    )
+)
+
+_QUOTED_PATH = re.compile(r"""['"]((?:/|\.{1,2}/|[A-Za-z]:\\)[^'"]+)['"]""")
+_BARE_PATH = re.compile(r"(?<![\w.])(/(?:[^\s'\":,()]+/)*[^\s'\":,()]+)")
+_DATA_INDEX = re.compile(
+    r"\b(?:index|idx|sample|position|offset|batch|iteration|step)[ =:#]+(\d+)", re.IGNORECASE
+)
+_CHECKPOINT = re.compile(r"(\S*(?:checkpoint|ckpt|iter_\d+)\S*)", re.IGNORECASE)
+
+
+def normalize(message: str) -> str:
+    """The message with every volatile token masked (used for the fingerprint)."""
+    text = message.strip()
+    for rx, repl in _MASKS:
+        text = rx.sub(repl, text)
+    return text.strip()[:400]
+
+
+def fingerprint(failure_class: str, message: str) -> str:
+    """`failure_class:hash` of the normalised message; stable across ranks and cycles."""
+    digest = hashlib.sha1(normalize(message).encode("utf-8", "replace")).hexdigest()[:12]
+    return f"{failure_class}:{digest}"
+
+
+def entity_of(text: str, hint: str | None = None) -> str | None:
+    """The affected entity of a line: a named hint, else a path, checkpoint or data index."""
+    if hint:
+        return hint.strip()[:300] or None
+    m = _QUOTED_PATH.search(text)
+    if m:
+        return m.group(1)[:300]
+    m = _CHECKPOINT.search(text)
+    if m and ("/" in m.group(1)):
+        return m.group(1).strip("'\",.:;()[]")[:300]
+    m = _BARE_PATH.search(text)
+    if m and m.group(1).count("/") >= 2:
+        return m.group(1).rstrip(".,;:")[:300]
+    m = _DATA_INDEX.search(text)
+    if m:
+        return m.group(0)[:100]
+    return None

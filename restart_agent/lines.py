@@ -1,0 +1,171 @@
+"""Per-line interpretation of candidate lines: patterns, traceback context, evidence.
+
+The scanner (`restart_agent.scanner`) finds the few lines worth looking at with C-level
+byte searches and hands each one here, in log order, with its 1-based line number.
+`LineInterpreter` decodes it, splits the rank prefix, keeps the traceback frames of each
+rank apart (tracebacks of several ranks interleave) and turns pattern matches into
+`Evidence`, folding cascades into counts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from restart_agent.fingerprint import entity_of, fingerprint
+from restart_agent.model import CascadeGroup, Evidence
+from restart_agent.prefixes import split_prefix
+from restart_agent.registry import Registry
+
+MAX_TEXT = 500  # characters of a line kept in evidence
+MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
+MAX_CASCADE_EVIDENCE = 4096  # first cascade per (class, rank), bounded
+MAX_DIAGNOSTICS = 64
+MAX_FRAMES = 16
+
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
+_LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
+
+
+def is_user_frame(path: str) -> bool:
+    """A traceback frame of the user's own code (not the stdlib, torch or an installed lib)."""
+    return not _LIBRARY.search(path)
+
+
+@dataclass
+class _Group:
+    failure_class: str
+    role: str
+    count: int
+    ranks: set[int]
+    first_line: int
+    example: str
+
+
+@dataclass
+class LineInterpreter:
+    registry: Registry
+    roots: list[Evidence] = field(default_factory=list)
+    cascade_evidence: list[Evidence] = field(default_factory=list)
+    diagnostics: list[Evidence] = field(default_factory=list)
+    failed_ranks: set[int] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    first_teardown_line: int | None = None
+    root_count: int = 0
+    _groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
+    _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
+    _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
+    _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
+
+    def line(self, raw: bytes, lineno: int) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if "\r" in text:  # progress bars redraw with bare CR: keep the last state
+            text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
+        split = split_prefix(text)
+        body = split.body.strip().replace("\x00", "")
+        if not body:
+            return
+        key = split.rank
+        if _TRACEBACK.match(body):
+            self._tb[key] = [(lineno, body[:MAX_TEXT])]
+            return
+        if body.startswith('File "'):
+            frames = self._tb.get(key)
+            if frames is not None:
+                frames.append((lineno, body[:MAX_TEXT]))
+                if len(frames) > MAX_FRAMES + 1:
+                    del frames[1:2]
+            return
+        for row in self.registry.patterns:
+            m = row.regex.search(body)
+            if m is None:
+                continue
+            groups = m.groupdict()
+            msg = groups.get("msg") or m.group(0)
+            rank = key
+            if rank is None and groups.get("rank"):
+                rank = int(groups["rank"])
+            node = groups.get("node")
+            context: list[dict[str, object]] = []
+            user_frame = None
+            frames = self._tb.pop(key, None)
+            if frames is not None:
+                context = [{"line": n, "text": t} for n, t in frames]
+                for _, t in reversed(frames[1:]):
+                    fm = _FRAME.match(t)
+                    if fm and is_user_frame(fm.group("path")):
+                        user_frame = f"{fm.group('path')}:{fm.group('line')}"
+                        break
+            hint = groups.get("entity")
+            entity = hint.strip() if hint else None
+            if entity is None:
+                quoted = entity_of(body)
+                entity = (
+                    quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
+                )
+                entity = entity or user_frame
+            ev = Evidence(
+                line=lineno,
+                rank=rank,
+                pattern_id=row.id,
+                failure_class=row.failure_class,
+                domain=row.domain,  # type: ignore[arg-type]
+                role=row.role,  # type: ignore[arg-type]
+                recoverability=row.recoverability,
+                text=body[:MAX_TEXT],
+                fingerprint=fingerprint(row.failure_class, msg),
+                entity=entity,
+                node=node,
+                context=context,
+                user_frame=user_frame,
+            )
+            self._record(ev)
+            return
+
+    def _record(self, ev: Evidence) -> None:
+        if ev.node:
+            self.nodes.add(ev.node)
+        if ev.role == "root":
+            self.root_count += 1
+            if ev.rank is not None:
+                self.failed_ranks.add(ev.rank)
+            k = (ev.rank, ev.fingerprint)
+            if k not in self._root_keys and len(self.roots) < MAX_ROOTS:
+                self._root_keys.add(k)
+                self.roots.append(ev)
+            return
+        if ev.role in ("cascade", "teardown"):
+            if ev.rank is not None and ev.role == "cascade":
+                self.failed_ranks.add(ev.rank)
+            if ev.role == "teardown" and self.first_teardown_line is None:
+                self.first_teardown_line = ev.line
+            g = self._groups.get((ev.failure_class, ev.role))
+            if g is None:
+                g = self._groups[(ev.failure_class, ev.role)] = _Group(
+                    ev.failure_class, ev.role, 0, set(), ev.line, ev.text
+                )
+            g.count += 1
+            if ev.rank is not None:
+                g.ranks.add(ev.rank)
+            ck = (ev.failure_class, ev.rank)
+            if ck not in self._cascade_keys and len(self.cascade_evidence) < MAX_CASCADE_EVIDENCE:
+                self._cascade_keys.add(ck)
+                self.cascade_evidence.append(ev)
+            return
+        if len(self.diagnostics) < MAX_DIAGNOSTICS:
+            self.diagnostics.append(ev)
+
+    def cascades(self) -> list[CascadeGroup]:
+        groups = sorted(self._groups.values(), key=lambda g: g.first_line)
+        return [
+            CascadeGroup(
+                failure_class=g.failure_class,
+                role=g.role,  # type: ignore[arg-type]
+                count=g.count,
+                ranks=sorted(g.ranks),
+                first_line=g.first_line,
+                example=g.example,
+            )
+            for g in groups
+        ]

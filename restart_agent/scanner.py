@@ -1,0 +1,255 @@
+"""Streaming scan of one cycle log into `CycleEvidence`.
+
+`LogScanner.feed(bytes)` accepts chunks cut anywhere (mid-line, mid-UTF-8 sequence);
+`finish()` returns the evidence. `scan_file(path)` reads a file in chunks through the same
+scanner, so both give identical results for any chunking.
+
+Speed comes from never looping over lines in Python. Each region (the complete lines of
+one feed) is searched with C-level byte operations only:
+
+- `bytes.count(b"\\n")` for line numbers,
+- one combined regex of the registry's cheap trigger literals (those that start with an
+  upper-case letter or punctuation, so the regex engine skips most bytes with its first-
+  character set) plus one `bytes.find` pass per lower-case trigger,
+- `findall` over the rank prefixes (guarded by a literal test) for `ranks_seen`,
+- backward `rfind` for progress (see `restart_agent.progress`).
+
+Only candidate lines are decoded and matched against the pattern table
+(`restart_agent.lines`). Lines longer than 64 KiB are cut to their first and last 32 KiB,
+the same way whether they arrive in one chunk or many, so memory stays bounded (a 2 GB
+file of NUL bytes without a newline is one line) and results do not depend on chunking.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from restart_agent.lines import LineInterpreter
+from restart_agent.model import CycleEvidence, Evidence
+from restart_agent.prefixes import RANK_BYTES, RANK_LITERALS
+from restart_agent.progress import ProgressTracker
+from restart_agent.registry import Registry, default_registry
+
+HEAD = 32 * 1024  # bytes kept from the start of an over-long line
+TAIL = 32 * 1024  # bytes kept from its end
+_JOIN = b"\x00"  # joins head and tail of a cut line (no trigger or pattern contains it)
+_CHEAP_FIRST = re.compile(rb"[^a-z0-9\s]")
+
+
+def _compile_prefilter(
+    triggers: tuple[str, ...],
+) -> tuple[re.Pattern[bytes] | None, tuple[bytes, ...]]:
+    cheap = [t.encode() for t in triggers if _CHEAP_FIRST.match(t.encode())]
+    costly = tuple(t.encode() for t in triggers if not _CHEAP_FIRST.match(t.encode()))
+    # longest first so that a trigger never hides a longer one with the same start
+    cheap.sort(key=len, reverse=True)
+    rx = re.compile(b"|".join(re.escape(t) for t in cheap)) if cheap else None
+    return rx, costly
+
+
+def _cut(raw: bytes) -> bytes:
+    if len(raw) > HEAD + TAIL:
+        return raw[:HEAD] + _JOIN + raw[-TAIL:]
+    return raw
+
+
+def _line_at(region: bytes, pos: int) -> tuple[int, int, bytes]:
+    """(start, end, cut bytes) of the line holding `pos` (end = index of its newline)."""
+    start = region.rfind(b"\n", 0, pos) + 1
+    end = region.find(b"\n", pos)
+    if end < 0:
+        end = len(region)
+    return start, end, _cut(region[start:end])
+
+
+class LogScanner:
+    """Incremental scanner: `feed()` chunks in order, then `finish()` once."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry or default_registry()
+        self._cheap_rx, self._costly = _compile_prefilter(self.registry.prefilter)
+        self._interp = LineInterpreter(self.registry)
+        self._progress = ProgressTracker(self.registry.dialects)
+        self._buf = b"\n"  # pending partial line, preceded by the newline that ended the last
+        self._head: bytes | None = None  # first HEAD bytes of a pending over-long line
+        self._lines = 0  # complete lines processed
+        self._bytes = 0
+        self._ranks: set[int] = set()
+        self._finished: CycleEvidence | None = None
+
+    # ------------------------------------------------------------------ streaming
+    def feed(self, chunk: bytes) -> None:
+        if self._finished is not None:
+            raise RuntimeError("LogScanner.feed() after finish()")
+        if not chunk:
+            return
+        self._bytes += len(chunk)
+        data = self._buf + chunk
+        cut = data.rfind(b"\n")
+        if cut == 0:
+            self._buf = data
+            self._trim_pending()
+            return
+        start = 0
+        if self._head is not None:
+            first_end = data.find(b"\n", 1)
+            self._process(b"\n" + self._head + _JOIN + data[1:first_end][-TAIL:] + b"\n")
+            self._head = None
+            start = first_end
+        if cut > start:
+            self._process(data[start : cut + 1])
+        self._buf = data[cut:]
+        self._trim_pending()
+
+    def _trim_pending(self) -> None:
+        if len(self._buf) - 1 <= HEAD + TAIL and self._head is None:
+            return
+        if self._head is None:
+            self._head = self._buf[1 : 1 + HEAD]
+            self._buf = b"\n" + self._buf[-TAIL:]
+        elif len(self._buf) - 1 > TAIL:
+            self._buf = b"\n" + self._buf[-TAIL:]
+
+    def finish(self) -> CycleEvidence:
+        if self._finished is not None:
+            return self._finished
+        truncated = False
+        if self._head is not None:
+            self._process(b"\n" + self._head + _JOIN + self._buf[1:][-TAIL:] + b"\n")
+            truncated = True
+        elif len(self._buf) > 1:
+            self._process(self._buf + b"\n")
+            truncated = True
+        self._buf = b"\n"
+        self._head = None
+        self._finished = self._evidence(truncated)
+        return self._finished
+
+    # ------------------------------------------------------------------ one region
+    def _process(self, region: bytes) -> None:
+        """`region` starts with the newline before its first line and ends with a newline."""
+        base = self._lines
+        self._collect_ranks(region)
+        starts = self._candidate_starts(region)
+        if starts:
+            interp = self._interp
+            pos, count = 0, 0
+            for s in starts:
+                count += region.count(b"\n", pos, s)
+                pos = s
+                end = region.find(b"\n", s)
+                raw = region[s:end]
+                if len(raw) > HEAD + TAIL:
+                    raw = _cut(raw)
+                    if not self._has_trigger(raw):
+                        continue
+                interp.line(raw, base + count)
+        self._progress.region(region, base, _line_at)
+        self._lines = base + region.count(b"\n") - 1
+
+    def _candidate_starts(self, region: bytes) -> list[int]:
+        starts: set[int] = set()
+        rx = self._cheap_rx
+        if rx is not None:
+            search = rx.search
+            m = search(region)
+            while m is not None:
+                p = m.start()
+                starts.add(region.rfind(b"\n", 0, p) + 1)
+                end = region.find(b"\n", p)
+                m = search(region, end)
+        for lit in self._costly:
+            p = region.find(lit)
+            while p >= 0:
+                starts.add(region.rfind(b"\n", 0, p) + 1)
+                p = region.find(lit, region.find(b"\n", p))
+        return sorted(starts)
+
+    def _has_trigger(self, raw: bytes) -> bool:
+        if self._cheap_rx is not None and self._cheap_rx.search(raw):
+            return True
+        return any(lit in raw for lit in self._costly)
+
+    def _collect_ranks(self, region: bytes) -> None:
+        for rx, lit in zip(RANK_BYTES, RANK_LITERALS, strict=True):
+            if lit is not None and lit not in region:
+                continue
+            found = rx.findall(region)
+            if found:
+                self._ranks.update(map(int, set(found)))
+
+    # ------------------------------------------------------------------ result
+    def _evidence(self, truncated: bool) -> CycleEvidence:
+        it = self._interp
+        primary, reason = choose_primary(it.roots, it.cascade_evidence, it.first_teardown_line)
+        lines = self._lines
+        return CycleEvidence(
+            primary=primary,
+            roots=list(it.roots),
+            cascades=it.cascades(),
+            diagnostics=list(it.diagnostics),
+            progress=self._progress.result(),
+            ranks_seen=sorted(self._ranks),
+            failed_ranks=sorted(it.failed_ranks),
+            nodes=sorted(it.nodes),
+            lines=lines,
+            bytes=self._bytes,
+            truncated_last_line=truncated,
+            cascade_evidence=list(it.cascade_evidence),
+            first_teardown_line=it.first_teardown_line,
+            primary_reason=reason,
+            root_lines=it.root_count,
+        )
+
+
+def choose_primary(
+    roots: list[Evidence],
+    cascades: list[Evidence],
+    first_teardown_line: int | None,
+    culprit_ranks: set[int] | None = None,
+) -> tuple[Evidence | None, str]:
+    """The initiating failure: earliest root (before teardown began), else a cascade.
+
+    With Flight Recorder culprit ranks, roots and cascades on those ranks come first.
+    """
+    if culprit_ranks:
+        on_culprit = [e for e in roots if e.rank in culprit_ranks]
+        if on_culprit:
+            return on_culprit[0], "earliest root on a Flight Recorder culprit rank"
+    if roots:
+        if first_teardown_line is not None:
+            before = [e for e in roots if e.line < first_teardown_line]
+            if before:
+                return before[0], "earliest root before teardown began"
+            non_cascade_free = [e for e in cascades if e.role == "cascade"]
+            if non_cascade_free and non_cascade_free[0].line < roots[0].line:
+                return non_cascade_free[0], "earliest cascade: the only roots came after teardown"
+            return roots[0], "earliest root (all roots came after teardown began)"
+        return roots[0], "earliest root"
+    only_cascades = [e for e in cascades if e.role == "cascade"]
+    if culprit_ranks:
+        on_culprit = [e for e in only_cascades if e.rank in culprit_ranks]
+        if on_culprit:
+            return on_culprit[0], "cascade on a Flight Recorder culprit rank (no root in the log)"
+    if only_cascades:
+        return only_cascades[0], "earliest cascade (no root-capable line in the log)"
+    teardown = [e for e in cascades if e.role == "teardown"]
+    if teardown:
+        return teardown[0], "earliest teardown line (nothing else matched)"
+    return None, "no failure evidence"
+
+
+def scan_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> CycleEvidence:
+    """Scan a log file in chunks. Raises the OS error (FileNotFoundError, ...) unchanged."""
+    if chunk_size <= 0:
+        raise ValueError("chunk_size must be positive")
+    scanner = LogScanner()
+    with open(path, "rb") as f:
+        read = f.read
+        while True:
+            chunk = read(chunk_size)
+            if not chunk:
+                break
+            scanner.feed(chunk)
+    return scanner.finish()
