@@ -175,6 +175,15 @@ def test_min_active_nvlinks_option() -> None:
     assert {c.name for c in checks if c.status == "fail"} == {"gpu0.nvlink", "gpu1.nvlink"}
 
 
+def test_nvlink_peer_check_can_be_disabled() -> None:
+    degraded = _good(0)
+    degraded.nvlink_active = {0: True, 1: False, 2: False, 3: False}
+    checks = evaluate_snapshots([degraded, _good(1)], NvmlOptions(nvlink_peer_check=False))
+    assert not [c for c in checks if c.status == "fail"]
+    nvlink = next(c for c in checks if c.name == "gpu0.nvlink")
+    assert nvlink.data["inactive"] == [1, 2, 3]
+
+
 def test_unsupported_features_are_not_available_never_fail() -> None:
     bare = GpuSnapshot(index=0, uuid="GPU-0", xid_supported=False)
     checks = evaluate_snapshots([bare])

@@ -73,6 +73,7 @@ class NvmlOptions:
     samples: int = 3
     min_growing_intervals: int = 2
     min_active_nvlinks: int | None = None  # None: compare with the node's best GPU
+    nvlink_peer_check: bool = True  # False: only min_active_nvlinks (if set) can fail a GPU
 
 
 @lru_cache(maxsize=1)
@@ -306,9 +307,10 @@ def evaluate_snapshots(
     results: list[CheckResult] = [CheckResult("nvml", "ok", f"NVML reachable, {len(snaps)} GPU(s)")]
     xid_table = load_xid_table()
     peer_best = max((sum(s.nvlink_active.values()) for s in snaps), default=0)
-    expected_links = (
-        options.min_active_nvlinks if options.min_active_nvlinks is not None else peer_best
-    )
+    if options.min_active_nvlinks is not None:
+        expected_links = options.min_active_nvlinks
+    else:
+        expected_links = peer_best if options.nvlink_peer_check else 0
     for snap in snaps:
         g = _gpu_label(snap)
         ident = {"uuid": snap.uuid, "name": snap.name}
