@@ -271,6 +271,9 @@ def test_bad_sink_arguments() -> None:
         FunnelSink("127.0.0.1:1", "")
     with pytest.raises(ValueError, match=">= 1"):
         FunnelSink("127.0.0.1:1", "a.log", batch_lines=0)
+    for address in ("", "localhost", "localhost:"):
+        with pytest.raises(ValueError, match="expected host:port"):
+            FunnelSink(address, "a.log")
 
 
 def test_server_start_errors(tmp_path: Path) -> None:

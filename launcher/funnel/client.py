@@ -56,6 +56,8 @@ class FunnelSink:
     ) -> None:
         if not relpath:
             raise ValueError("funnel log path is empty")
+        if not address or (":" not in address) or address.endswith(":"):
+            raise ValueError(f"funnel address {address!r}: expected host:port or unix:/path")
         if batch_lines < 1 or batch_bytes < 1 or max_pending_batches < 1:
             raise ValueError("funnel batch sizes and queue length must be >= 1")
         self.address = address
