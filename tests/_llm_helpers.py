@@ -15,7 +15,7 @@ from tests._llm_server import LLMServer
 
 KEY = "sk-test-7f3c9a2e4b1d8f6a0c5e9b3d7a1f4c8e"
 PRIMARY_TEXT = "ValueError: hidden_size 1000 is not divisible by num_attention_heads 16"
-SHORTENABLE_RULE = "workload_probable_await_recurrence"
+SHORTENABLE_RULE = "restart.workload_first"  # restart_agent/policy.py
 
 
 @pytest.fixture(scope="module")

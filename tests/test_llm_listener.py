@@ -144,7 +144,7 @@ def test_a_verdict_replaced_meanwhile_is_not_overwritten(
     log, line = write_log(tmp_path)
     event = _event(repo, log, make_verdict(line))
     # the cycle was re-analysed (another rule) while the model was thinking
-    newer = make_verdict(line, rule="infra_same_root_retry")
+    newer = make_verdict(line, rule="restart.infrastructure")
     model = llm_server.script([{"content": answer(line), "delay": 0.5}])
     listener = EnrichmentListener(repo, config(llm_server, model, key_file))
     listener(event)
@@ -152,7 +152,7 @@ def test_a_verdict_replaced_meanwhile_is_not_overwritten(
     assert listener.drain(10)
     listener.close()
     rec = repo.get_cycle(JOB, 1)
-    assert rec is not None and rec.verdict["rule"] == "infra_same_root_retry"
+    assert rec is not None and rec.verdict["rule"] == "restart.infrastructure"
     assert rec.verdict["decision"] == "RESTART"
     assert rec.llm["contributed"] is False
     assert rec.llm["not_used_because"] == "the stored verdict changed meanwhile"

@@ -31,7 +31,7 @@ def _enriched(
 def test_the_table_lists_only_workload_recurrence_budgets() -> None:
     assert shortenable_recoverability() == {"probable", "user_import", "config"}
     assert not {"retry", "unknown", "terminated", "stop", "n/a"} & shortenable_recoverability()
-    assert shortenable_rules() == frozenset()  # any deterministic rule, by recoverability
+    assert shortenable_rules() == {SHORTENABLE_RULE}
 
 
 def test_grounded_deterministic_workload_bug_stops_now(
@@ -68,9 +68,18 @@ def test_grounded_deterministic_workload_bug_stops_now(
         ({"decision": "STOP", "rule": "workload_certain_stop"}, "verdict is already STOP"),
         ({"recoverability": "retry"}, "'retry' has no workload retry budget"),
         ({"recoverability": "unknown"}, "'unknown' has no workload retry budget"),
+        ({"rule": "restart.progress"}, "rule 'restart.progress' has no retry budget"),
         ({"same_root": 1}, "the recurrence wait is already over"),
     ],
-    ids=["infrastructure", "unknown", "already-stop", "retry", "unknown-hint", "recurrence-seen"],
+    ids=[
+        "infrastructure",
+        "unknown",
+        "already-stop",
+        "retry",
+        "unknown-hint",
+        "progress-rule",
+        "recurrence-seen",
+    ],
 )
 def test_verdicts_the_policy_must_not_shorten(
     llm_server: LLMServer, key_file: Path, tmp_path: Path, change: dict[str, Any], reason: str
@@ -196,7 +205,12 @@ def test_no_answer_of_any_kind_stops_an_infrastructure_failure(
     """Exhaustive over answer values, rules and decisions: infrastructure stays as decided."""
     log, line = write_log(tmp_path)
     base = _enriched(llm_server, key_file, log, make_verdict(line), answer(line))
-    rules = [SHORTENABLE_RULE, "infra_same_root_retry", "default_restart"]
+    rules = [
+        SHORTENABLE_RULE,
+        "restart.infrastructure",
+        "restart.progress",
+        "stop.same_root_ceiling",
+    ]
     for owner, outlook, bug, rule, decision, hint in itertools.product(
         ("workload", "infrastructure", "unknown"),
         ("recovers_on_restart", "will_not_recover", "uncertain"),
