@@ -318,3 +318,55 @@ def test_writer_going_away_is_reported_to_the_node(tmp_path: Path) -> None:
             time.sleep(0.01)
         sink.close()
     assert (tmp_path / "gone.log").read_text().startswith("before\n")
+
+
+def test_one_stream_can_switch_files(tmp_path: Path) -> None:
+    B = log_funnel_pb2.LineBatch
+    batches = [
+        B(node_id="n1", path="a.log", lines=[b"a1", b"a2"]),
+        B(lines=[b"a3"]),
+        B(path="sub/b.log", lines=[b"b1"]),
+        B(path="a.log", lines=[b"a4"]),
+    ]
+    with FunnelServer(tmp_path) as server, grpc.insecure_channel(server.address) as ch:
+        summary = log_funnel_pb2_grpc.LogFunnelStub(ch).StreamLines(iter(batches), timeout=10)
+        assert (summary.lines_written, summary.bytes_written) == (5, 15)
+        assert server.stats()["open_files"] == 0
+    assert (tmp_path / "a.log").read_bytes() == b"a1\na2\na3\na4\n"
+    assert (tmp_path / "sub" / "b.log").read_bytes() == b"b1\n"
+
+
+def test_cli_serve_and_send(tmp_path: Path) -> None:
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launcher.funnel",
+            "serve",
+            "--root",
+            str(tmp_path),
+            "--prefix-node",
+        ],
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        first = serve.stdout.readline().split()
+        assert first[0] == "LISTENING", first
+        node = _spawn_node(first[1], "cli.log", "cli-node")
+        out, err = node.communicate(b"one\ntwo", timeout=60)  # last line without newline
+        assert node.returncode == 0, err
+        assert b'"lines_written": 2' in out
+        serve.terminate()
+        rest, _ = serve.communicate(timeout=30)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert serve.returncode == 0
+    assert '"cli-node": 2' in rest
+    assert (tmp_path / "cli.log").read_bytes() == b"[cli-node] one\n[cli-node] two\n"
