@@ -184,6 +184,11 @@ def test_analyze_llm_prints_the_enrichment_and_never_the_key(
     assert llm["model"] == model and llm["status"] == "ok" and llm["grounded"] is True
     assert llm["tokens"]["prompt"] > 0 and llm["latency_ms"] > 0
     assert llm["citations"]["owner"][0]["line"] == line
+    # the deterministic policy restarts a first ValueError once; the grounded answer shortens it
+    assert llm["contributed"] is True
+    assert llm["deterministic"]["decision"] == "RESTART"
+    assert llm["deterministic"]["rule"] == "restart.workload_first"
+    assert (verdict["decision"], verdict["rule"]) == ("STOP", "llm_grounded_workload_bug")
     (req,) = llm_server.requests(model)
     assert req["authorization"] == f"Bearer {KEY}"
     assert KEY not in r.stdout + r.stderr
@@ -193,6 +198,6 @@ def test_analyze_llm_prints_the_enrichment_and_never_the_key(
     r = _cli("analyze", str(log), "--format", "json", *flags)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["decision"] == verdict["llm"].get("deterministic", verdict)["decision"]
+    assert (out["decision"], out["rule"]) == ("RESTART", "restart.workload_first")
     assert out["llm"]["contributed"] is False and out["llm"]["error"].startswith("auth: HTTP 401")
     assert KEY not in r.stdout + r.stderr

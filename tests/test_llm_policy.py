@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -119,6 +120,18 @@ def test_infrastructure_evidence_or_fr_culprits_block_it(
     fr = make_verdict(line)
     fr["fr"] = {"culprit_ranks": [2]}
     assert apply_enrichment(fr, enrichment)["decision"] == "RESTART"
+    root = make_verdict(line, extra_evidence=[dataclasses.replace(xid, role="root")])
+    assert apply_enrichment(root, enrichment)["decision"] == "RESTART"
+    # cascades of the root (NCCL watchdog timeouts on the other ranks) do not block it
+    watchdog = dataclasses.replace(
+        xid,
+        line=line + 1,
+        failure_class="nccl_watchdog_timeout",
+        role="cascade",
+        text="Watchdog caught",
+    )
+    cascaded = make_verdict(line, extra_evidence=[watchdog])
+    assert apply_enrichment(cascaded, enrichment)["decision"] == "STOP"
 
 
 @pytest.mark.parametrize(

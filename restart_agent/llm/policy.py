@@ -10,8 +10,9 @@ unchanged, with the enrichment recorded under `llm` and `contributed: false` plu
 - the deterministic verdict is RESTART, its primary evidence is a workload failure whose
   `recoverability` is listed in `shortenable.yaml` (a probable workload bug that would STOP
   on its first identical recurrence; optionally also restricted to listed rule ids), no
-  evidence, cascade or Flight Recorder finding points at infrastructure, and no prior cycle
-  had this root yet (the wait is still pending);
+  root, diagnostic or confirmation evidence and no Flight Recorder finding points at
+  infrastructure (cascades and teardown follow any root and do not count), and no prior
+  cycle had this root yet (the wait is still pending);
 - the model says owner "workload", outlook "will_not_recover" and
   `deterministic_workload_bug: true`.
 
@@ -147,8 +148,15 @@ def why_not(
 
 
 def _mentions_infrastructure(verdict: dict[str, Any]) -> bool:
+    """Infrastructure evidence other than cascades/teardown (which follow any root failure:
+    an NCCL watchdog timeout after a rank's ValueError says nothing against the workload)."""
     items = list(verdict.get("evidence") or []) + list(verdict.get("cascades") or [])
-    if any(isinstance(e, dict) and e.get("domain") == "infrastructure" for e in items):
+    if any(
+        isinstance(e, dict)
+        and e.get("domain") == "infrastructure"
+        and e.get("role") not in ("cascade", "teardown")
+        for e in items
+    ):
         return True
     fr = verdict.get("fr") or {}
     return bool(fr.get("culprit_ranks"))
