@@ -1,6 +1,6 @@
 """Benchmark of the log funnel against a local-file baseline, measured in the same run.
 
-`python -m launcher.funnel.bench [--lines N] [--nodes K]` prints JSON: lines/s of a plain
+`python bench/funnel_bench.py [--lines N] [--nodes K]` prints JSON: lines/s of a plain
 local append (what `FileSink` does), of one `FunnelSink` streaming over loopback to an
 in-process `FunnelServer`, and of K node processes streaming to one shared file, plus the
 ratios to the baseline. Also times one health `preflight` (GPU checks, no service).
@@ -18,10 +18,11 @@ import threading
 import time
 from pathlib import Path
 
-from launcher.funnel.client import FunnelSink
-from launcher.funnel.server import FunnelServer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from launcher.funnel.client import FunnelSink  # noqa: E402
+from launcher.funnel.server import FunnelServer  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _lines(n: int, node: str = "n0") -> list[str]:
@@ -98,7 +99,7 @@ def bench_preflight(repeat: int = 5) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.funnel.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python bench/funnel_bench.py", description=__doc__)
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--nodes", type=int, default=4)
     ns = parser.parse_args(argv)
