@@ -143,7 +143,7 @@ def _verdict_latency(
         t_llm = _timed(lambda: with_llm.analyze_cycle("bench-llm", next(cycle), log), repeat)
         plain.close()
         with_llm.close()
-        listener.close(timeout=0.1)
+        listener.close(timeout=repeat * 2.5 + 2)  # let the slow enrichments finish
         repo.close()
     return {
         "without_llm_s": round(t_plain, 4),
