@@ -5,12 +5,18 @@
   progress, FR findings, an LLM enrichment and an XSS attempt in a log line.
 - `DashboardServer(repo)` serves the dashboard router in a minimal FastAPI app with
   uvicorn on 127.0.0.1 (a free port), in a thread of the test process.
+- `write_job_logs(dir)` generated cycle logs; `analyze(db_url, log, cycle)` runs the real
+  `relaunch analyze --db --job-id --cycle --format json` on one and returns its verdict.
 - `http_get(url)` a small httpx GET.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +27,7 @@ import httpx
 from restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+JOB = "llama-7b-run"  # the job write_job_logs' logs belong to
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
@@ -204,3 +211,67 @@ class DashboardServer:
 
 def http_get(url: str, **kw: Any) -> httpx.Response:
     return httpx.get(url, timeout=10, **kw)
+
+
+def write_job_logs(directory: Path, ranks: int = 4) -> list[Path]:
+    """Three cycle logs of one job, as torchrun writes them (`[rankN]:` prefixes).
+
+    Cycle 0 advances to iteration 120 and dies of an NCCL network error on rank 1 (an
+    infrastructure failure: RESTART); cycle 1 advances to 260 and hits the same error
+    again (progress protects the restart); cycle 2 fails with a SyntaxError on every rank
+    before any progress (a certain workload bug: STOP). Cycle 1 also carries an XSS
+    attempt in a log line.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def progress(first: int, last: int) -> list[str]:
+        return [
+            f"[rank{r}]: [relaunch] progress rank={r} iteration={it} loss=2.{it % 97:02d}"
+            for it in range(first, last + 1, 20)
+            for r in range(ranks)
+        ]
+
+    net = (
+        "[rank1]: node003:1234:5678 [1] NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.3<40527> with error 12, opcode 0, len 0, vendor err 129"
+    )
+    watchdog = [
+        f"[rank{r}]: [Rank {r}] Watchdog caught collective operation timeout: "
+        f"WorkNCCL(SeqNum=77, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+        for r in range(ranks)
+        if r != 1
+    ]
+    logs = {
+        0: progress(0, 120) + [net] + watchdog,
+        1: progress(120, 260) + [f"[rank2]: warning: odd token {XSS}", net] + watchdog,
+        2: [
+            line
+            for r in range(ranks)
+            for line in (
+                f"[rank{r}]: Traceback (most recent call last):",
+                f'[rank{r}]:   File "/work/train.py", line 88',
+                f"[rank{r}]:     loss = model(x)) ",
+                f"[rank{r}]: SyntaxError: unmatched ')'",
+            )
+        ],
+    }
+    paths = []
+    for n, lines in logs.items():
+        p = directory / f"cycle_{n}.log"
+        p.write_text("\n".join(lines) + "\n")
+        paths.append(p)
+    return paths
+
+
+def analyze(db_url: str, log: Path, cycle: int, job: str = JOB) -> dict[str, Any]:
+    """`relaunch analyze LOG --db URL --job-id JOB --cycle N --format json` in a subprocess."""
+    argv = [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db_url]
+    argv += ["--job-id", job, "--cycle", str(cycle), "--format", "json"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    r = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"relaunch analyze exited {r.returncode}: {r.stderr}")
+    return json.loads(r.stdout)

@@ -16,7 +16,14 @@ import pytest
 
 import storage
 from tests._service_helpers import running_service
-from tests._web_helpers import REPO_ROOT, DashboardServer, make_verdict, seed_history
+from tests._web_helpers import (
+    JOB,
+    REPO_ROOT,
+    analyze,
+    make_verdict,
+    seed_history,
+    write_job_logs,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -58,14 +65,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     url = f"sqlite:///{tmp / 'relaunch.db'}"
     repo = storage.open_repository(url)
     seed_history(repo)
-    import restart_agent
-
-    if hasattr(restart_agent, "LogScanner"):
-        with running_service(tmp, db_url=url) as svc:
-            yield {"base": svc.base_url, "repo": repo}
-    else:  # the service cannot import its engine until the restart agent's scanner lands
-        with DashboardServer(repo) as server:
-            yield {"base": server.base_url, "repo": repo}
+    # A second job made by the real analysis: `relaunch analyze --db` on generated logs.
+    real = [analyze(url, log, n) for n, log in enumerate(write_job_logs(tmp / "logs"))]
+    with running_service(tmp, db_url=url, root=tmp / "logs") as svc:
+        yield {"base": svc.base_url, "repo": repo, "real": real}
     repo.close()
 
 
@@ -137,7 +140,12 @@ def test_search_by_failure_class_from_the_form(browser: Any, service: dict[str, 
     page.fill('input[name="failure_class"]', "nccl_network_error")
     page.click('form.search button[type="submit"]')
     page.wait_for_url(re.compile(r".*/search\?.*failure_class=nccl_network_error.*"))
-    assert page.locator("#result-count").inner_text().startswith("2 cycle(s)")
+    real = sum(
+        1
+        for v in service["real"]
+        if (v["primary"] or {}).get("failure_class") == "nccl_network_error"
+    )
+    assert page.locator("#result-count").inner_text().startswith(f"{2 + real} cycle(s)")
     shot(page, "06-search")
 
 
@@ -165,3 +173,29 @@ def test_running_job_page_updates_itself(browser: Any, service: dict[str, Any]) 
     assert page.locator('tr[data-cycle="0"] .decision-restart').inner_text() == "RESTART"
     assert "live" in page.locator("#live-status").inner_text()
     shot(page, "08-job-live-update")
+
+
+def test_click_through_a_job_made_by_the_real_analysis(
+    browser: Any, service: dict[str, Any]
+) -> None:
+    real = service["real"]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(service["base"] + "/")
+    page.locator(f'tr[data-job="{JOB}"] a.job-link').click()
+    page.wait_for_url(f"**/jobs/{JOB}")
+    rows = page.locator("#timeline tbody tr")
+    assert rows.count() == len(real)
+    for n, v in enumerate(real):
+        assert v["decision"] in rows.nth(n).inner_text()
+    shot(page, "09-real-job")
+    page.locator('tr[data-cycle="2"] a.cycle-link').click()
+    page.wait_for_url(f"**/jobs/{JOB}/cycles/2")
+    assert page.locator("#verdict .decision-stop").first.inner_text() == "STOP"
+    assert page.locator("#rule").inner_text() == real[2]["rule"]
+    mark = page.locator("#primary-evidence mark")
+    assert mark.is_visible() and mark.inner_text() == real[2]["primary"]["text"]
+    assert "SyntaxError" in mark.inner_text()
+    shot(page, "10-real-cycle-stop")
+    page.goto(service["base"] + f"/jobs/{JOB}/cycles/1")
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    shot(page, "11-real-cycle-restart")

@@ -197,15 +197,7 @@ def test_analyze_fr_dumps_names_the_culprit(world: dict[str, Any]) -> None:
     assert "resolves outside the allowed roots" in error_text(escape)
 
 
-def _scanner_or_skip() -> None:
-    import restart_agent
-
-    if not hasattr(restart_agent, "LogScanner") or not hasattr(restart_agent, "decide"):
-        pytest.skip("restart_agent has no LogScanner/decide yet (issue of the restart agent)")
-
-
 def test_analyze_log_uses_history_and_saves_only_when_asked(world: dict[str, Any]) -> None:
-    _scanner_or_skip()
     log = world["root"] / "cycle_9.log"
     log.write_text(
         "[rank0]: Traceback (most recent call last):\n"

@@ -425,7 +425,7 @@ class SlackNotifier:
                 self._idle.wait(left)
         return True
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 3.0) -> None:
         """Send what is due within `timeout`, then stop the worker."""
         self.flush(timeout)
         self._stopped.set()

@@ -1,0 +1,97 @@
+"""The dashboard inside the real `relaunch serve`, over history made by the real analysis.
+
+Cycle logs are generated (tests/_web_helpers.write_job_logs), analysed one by one with
+`relaunch analyze --db URL --job-id J --cycle N --format json` (each cycle sees the ones
+before it), then the service's pages must show exactly what the analysis decided.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests._service_helpers import running_service
+from tests._web_helpers import JOB, XSS, analyze, write_job_logs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("websvc")
+    db_url = f"sqlite:///{tmp / 'relaunch.db'}"
+    logs = write_job_logs(tmp / "logs")
+    verdicts = [analyze(db_url, log, n) for n, log in enumerate(logs)]
+    with running_service(tmp, db_url=db_url, root=tmp / "logs") as svc:
+        yield {"svc": svc, "verdicts": verdicts, "logs": logs}
+
+
+def page(svc: Any, path: str) -> str:
+    with svc.client() as c:
+        r = c.get(path)
+    assert r.status_code == 200, (path, r.status_code, r.text[:500])
+    return r.text
+
+
+def test_real_analysis_is_what_the_dashboard_shows(analysed: dict[str, Any]) -> None:
+    svc, verdicts = analysed["svc"], analysed["verdicts"]
+    assert [v["decision"] for v in verdicts][-1] == "STOP"  # SyntaxError on every rank
+    jobs = page(svc, "/")
+    row = jobs[jobs.index(f'data-job="{JOB}"') :].split("</tr>")[0]
+    assert "decision-stop" in row and "cycle 2" in row
+
+    job = page(svc, f"/jobs/{JOB}")
+    rows = re.findall(r'<tr class="cycle [^"]*" data-cycle="(\d+)">(.*?)</tr>', job, re.S)
+    assert [n for n, _ in rows] == ["0", "1", "2"]
+    for (_, body), v in zip(rows, verdicts, strict=True):
+        assert f"decision-{v['decision'].lower()}" in body
+        assert v["rule"] in body
+        last = (v.get("progress") or {}).get("last_iteration")
+        if last is not None:
+            assert f">{last}<" in body
+    assert job.count("<circle") == sum(
+        1 for v in verdicts if (v.get("progress") or {}).get("last_iteration") is not None
+    )
+
+
+def test_cycle_page_shows_the_primary_evidence_and_escapes_log_text(
+    analysed: dict[str, Any],
+) -> None:
+    svc, verdicts = analysed["svc"], analysed["verdicts"]
+    for n, v in enumerate(verdicts):
+        html = page(svc, f"/jobs/{JOB}/cycles/{n}")
+        assert f'id="rule">{v["rule"]}<' in html
+        primary = v.get("primary")
+        if primary:
+            block = html[html.index('id="primary-evidence"') :]
+            assert f"line {primary['line']}" in block
+            assert primary["failure_class"] in block
+    stop = page(svc, f"/jobs/{JOB}/cycles/2")
+    assert "SyntaxError: unmatched &#39;)&#39;" in stop
+    cycle1 = page(svc, f"/jobs/{JOB}/cycles/1")
+    assert XSS not in cycle1 and "<script>window" not in cycle1
+
+
+def test_search_finds_the_recurring_fingerprint(analysed: dict[str, Any]) -> None:
+    svc, verdicts = analysed["svc"], analysed["verdicts"]
+    fp = verdicts[0]["primary"]["fingerprint"]
+    assert verdicts[1]["primary"]["fingerprint"] == fp  # stable across cycles and ranks
+    with svc.client() as c:
+        html = c.get("/search", params={"fingerprint": fp}).text
+    assert sorted(re.findall(rf'href="/jobs/{JOB}/cycles/(\d+)"', html)) == ["0", "1"]
+
+
+def test_service_api_and_dashboard_agree(analysed: dict[str, Any]) -> None:
+    svc = analysed["svc"]
+    with svc.client() as c:
+        api = c.get(f"/v1/jobs/{JOB}/cycles/2").json()
+        audit = c.get(f"/jobs/{JOB}/cycles/2/audit.json")
+    assert audit.status_code == 200
+    body = audit.json()
+    decision = body.get("record", body).get("decision") or body.get("verdict", {}).get("decision")
+    assert decision == "STOP"
+    assert json.dumps(api).count("STOP") >= 1
