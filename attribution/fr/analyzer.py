@@ -67,17 +67,26 @@ def _name_key(name: str) -> tuple[int, int, str]:
 
 
 def _known(gs: GroupState | None) -> bool:
-    return gs is not None and gs.enqueued is not None and gs.completed is not None
+    return gs is not None and bool(gs.enqueued)
 
 
-def _op_at(gs: GroupState, seq: int) -> Op | None:
-    later = None
+def _frontier(gs: GroupState, values: dict[str, int], ch: str) -> int | None:
+    """A rank's seq in channel `ch` ("?" = the channel of its last work); 0 when its dump
+    holds its whole history and shows no work of that kind; None when unknown."""
+    if ch in values:
+        return values[ch]
+    if "?" in values:
+        return values["?"]
+    if ch == "?":
+        return values.get(gs.last_channel)
+    return 0 if gs.complete else None
+
+
+def _op_at(gs: GroupState, at: tuple[str, int]) -> Op | None:
     for op in gs.pending:
-        if op.seq == seq:
+        if (op.channel, op.seq) == at:
             return op
-        if op.seq > seq and later is None:
-            later = op
-    return later
+    return None
 
 
 def _peers(op: Op | None, rank: int, members: tuple[int, ...]) -> set[int]:
@@ -209,11 +218,10 @@ def _analyze_group(
     waiters: dict[int, tuple[int, Op | None, list[int], str]] = {}
     stuck_alone: dict[int, tuple[int, Op | None]] = {}
     for r, gs in known.items():
-        assert gs.enqueued is not None and gs.completed is not None
-        if gs.enqueued <= gs.completed:
+        if gs.stalled_at is None:
             continue
-        w = gs.completed + 1
-        op = _op_at(gs, w)
+        ch, w = gs.stalled_at
+        op = _op_at(gs, gs.stalled_at)
         peers = _peers(op, r, members)
         candidates = peers or (set(members) - {r})
         targets: list[int] = []
@@ -223,26 +231,28 @@ def _analyze_group(
                 targets.append(q)
                 continue
             qs = known.get(q)
-            if qs is None or qs.enqueued is None:
+            if qs is None:
                 continue
-            if qs.enqueued < w and not (peers and _has_p2p_towards(states.get(q), r, members)):
+            e_q = _frontier(qs, qs.enqueued, ch)
+            if e_q is None or e_q >= w:
+                continue
+            if not (peers and _has_p2p_towards(qs, r, members)):
                 targets.append(q)
         if not targets:
             # Everyone reached it: with start times, those that never started it lag.
-            gs_started = gs.started
-            if gs_started is not None and gs_started >= w:
-                lag = [
-                    q
-                    for q in sorted(candidates)
-                    if q in known and known[q].started is not None and known[q].started < w
-                ]
-                if lag:
-                    targets, how = lag, "never started"
+            s_r = _frontier(gs, gs.started, ch)
+            if s_r is not None and s_r >= w:
+                for q in sorted(candidates):
+                    qs = known.get(q)
+                    s_q = _frontier(qs, qs.started, ch) if qs else None
+                    if s_q is not None and s_q < w:
+                        targets.append(q)
+                how = "never started"
         if targets:
             waiters[r] = (w, op, targets, how)
             continue
-        others = [known[q] for q in candidates if q in known]
-        if others and all(o.completed is not None and o.completed >= w for o in others):
+        others = [_frontier(known[q], known[q].completed, ch) for q in candidates if q in known]
+        if others and all(c is not None and c >= w for c in others):
             stuck_alone[r] = (w, op)
         else:
             waiters[r] = (w, op, [], "in flight")
@@ -353,6 +363,7 @@ def analyze(ds: DumpSet) -> dict[str, Any]:
     versions = sorted({d.version for d in dumps.values() if d.version})
     return {
         "culprit_ranks": sorted(culprits),
+        "culprits_without_dump": sorted(culprits & nodata),
         "culprits": reasons,
         "groups": [_public(g) for g in groups],
         "in_flight_groups": [g["id"] for g in in_flight] if stalled else [],

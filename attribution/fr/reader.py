@@ -62,6 +62,7 @@ class Op:
     """One pending (enqueued, not completed) Flight Recorder entry, or a coalesced set."""
 
     seq: int
+    channel: str
     type: str
     is_p2p: bool
     collective_seq_id: int | None
@@ -81,17 +82,28 @@ class Op:
 
 @dataclass(slots=True)
 class GroupState:
-    """One rank's view of one process group."""
+    """One rank's view of one process group.
+
+    Sequence numbers are kept per channel: "coll" (collective_seq_id), "p2p" (p2p_seq_id),
+    "op" (op ids, which gloo's pg_status counts) or "?" (pg_status only, no entries to say
+    which). NCCL's pg_status reports the seq of the last work of either kind, so a group
+    with both kinds is resolved through the entries' record order (a group's work
+    completes in order).
+    """
 
     name: str
     desc: str
     pg_id: str | None = None
-    enqueued: int | None = None
-    started: int | None = None
-    completed: int | None = None
-    status_source: str = "none"  # "pg_status", "entries" or "none"
+    status: tuple[int, int | None, int] | None = None  # raw pg_status: enqueued, started, completed
+    enqueued: dict[str, int] = field(default_factory=dict)
+    completed: dict[str, int] = field(default_factory=dict)
+    started: dict[str, int] = field(default_factory=dict)
+    last_channel: str = "?"
     pending: list[Op] = field(default_factory=list)
+    stalled_at: tuple[str, int] | None = None  # (channel, seq) of the op this rank waits in
+    status_source: str = "none"  # "pg_status", "entries" or "none"
     entries: int = 0
+    complete: bool = False  # the dump holds this rank's whole history (first record_id is 0)
 
 
 @dataclass(slots=True)
@@ -333,23 +345,26 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
             unmapped.append(str(pg_id))
             continue
         gs = GroupState(name=name, desc=desc_of.get(name, ""), pg_id=str(pg_id))
-        gs.enqueued = _int(st.get("last_enqueued_collective"))
-        started = _int(st.get("last_started_collective"))
-        gs.started = started if started is not None and started >= 0 else None
-        gs.completed = _int(st.get("last_completed_collective"))
-        if gs.enqueued is not None and gs.completed is not None:
+        e_, c_ = _int(st.get("last_enqueued_collective")), _int(st.get("last_completed_collective"))
+        s_ = _int(st.get("last_started_collective"))
+        if e_ is not None and c_ is not None:
+            gs.status = (e_, s_ if s_ is not None and s_ >= 0 else None, c_)
             gs.status_source = "pg_status"
         groups[name] = gs
     for name in pg_config:
         groups.setdefault(name, GroupState(name=name, desc=desc_of.get(name, "")))
-
-    for name, ents in by_group.items():
-        gs = groups.setdefault(name, GroupState(name=name, desc=desc_of.get(name, "")))
+    complete = bool(entries) and min(_int(e.get("record_id")) or 0 for e in entries) == 0
+    for name, gs in groups.items():
+        gs.complete = complete
+        ents = by_group.get(name, [])
         gs.entries = len(ents)
-        unit = _choose_unit(gs.enqueued, last_of.get(name))
-        if gs.status_source != "pg_status":
-            _status_from_entries(gs, ents, unit)
-        gs.pending = _pending_ops(ents, gs.completed, unit)
+        unit = _choose_unit(gs.status[0] if gs.status else None, last_of.get(name))
+        _derive(gs, ents, unit)
+    for name, ents in by_group.items():
+        if name not in groups:
+            gs = groups[name] = GroupState(name=name, desc=desc_of.get(name, ""))
+            gs.entries, gs.complete = len(ents), complete
+            _derive(gs, ents, "seq")
     return RankDump(
         rank=rank,
         path=path,
@@ -362,57 +377,87 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     )
 
 
-def _status_from_entries(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
-    """Without pg_status: enqueued = highest seq; completed = highest 'completed' entry."""
-    seqs = []
-    completed = []
-    for e in ents:
-        s = _entry_seq(e, _entry_is_p2p(e), unit)
-        if s is None:
-            continue
-        seqs.append(s)
-        if e.get("state") == "completed":
-            completed.append(s)
-    if not seqs:
-        return
-    done = set(completed)
-    not_done = [s for s in seqs if s not in done]
-    gs.enqueued = max(seqs)
-    gs.completed = min(not_done) - 1 if not_done else max(completed)
-    gs.status_source = "entries"
-
-
-def _pending_ops(ents: list[dict[str, Any]], completed: int | None, unit: str) -> list[Op]:
-    """Entries with a seq above `completed`, coalesced ops (same seq) merged into one."""
-    ops: dict[tuple[bool, int], Op] = {}
+def _derive(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
+    """Fill a group's per-channel frontiers, pending ops and stall point."""
+    items: list[tuple[str, int, dict[str, Any]]] = []
     for e in ents:
         is_p2p = _entry_is_p2p(e)
         seq = _entry_seq(e, is_p2p, unit)
-        if seq is None:
-            continue
-        if completed is not None and seq <= completed:
-            continue
-        if completed is None and e.get("state") == "completed":
-            continue
+        if seq is not None:
+            items.append(("op" if unit == "op_id" else "p2p" if is_p2p else "coll", seq, e))
+    if not items:
+        if gs.status is not None:
+            enq, started, comp = gs.status
+            gs.enqueued["?"], gs.completed["?"] = enq, comp
+            if started is not None:
+                gs.started["?"] = started
+            if enq > comp:
+                gs.stalled_at = ("?", comp + 1)
+        return
+    last_ch = gs.last_channel = items[-1][0]
+    for ch, seq, _ in items:
+        gs.enqueued[ch] = max(gs.enqueued.get(ch, seq), seq)
+    channels = {ch for ch, _, _ in items}
+    if gs.status is not None:
+        enq, started, comp = gs.status
+        gs.enqueued[last_ch] = max(gs.enqueued[last_ch], enq)
+        if started is not None:
+            gs.started[last_ch] = started
+        if len(channels) == 1:
+            done = [seq <= comp for _, seq, _ in items]
+        else:
+            pos = max((i for i, (_, seq, _) in enumerate(items) if seq == comp), default=None)
+            if pos is None and all(seq > comp for _, seq, _ in items):
+                pos = -1
+            if pos is None:  # order the other channel around the last channel's frontier
+                first = next(
+                    (i for i, (ch, seq, _) in enumerate(items) if ch == last_ch and seq > comp),
+                    len(items),
+                )
+                done = [i < first for i in range(len(items))]
+            else:
+                done = [i <= pos for i in range(len(items))]
+    else:
+        gs.status_source = "entries"
+        last_done = max(
+            (i for i, (_, _, e) in enumerate(items) if e.get("state") == "completed"), default=-1
+        )
+        done = [i <= last_done for i in range(len(items))]
+    for ch in channels:
+        seqs_done = [seq for (c, seq, _), d in zip(items, done, strict=True) if c == ch and d]
+        seqs_all = [seq for c, seq, _ in items if c == ch]
+        gs.completed[ch] = max(seqs_done) if seqs_done else min(seqs_all) - 1
+    if gs.status is not None and len(channels) == 1:
+        gs.completed[last_ch] = gs.status[2]
+    gs.pending = _merge_ops([it for it, d in zip(items, done, strict=True) if not d])
+    if gs.pending:
+        gs.stalled_at = (gs.pending[0].channel, gs.pending[0].seq)
+    elif gs.status is not None and gs.status[0] > gs.status[2] and len(channels) == 1:
+        gs.stalled_at = (last_ch, gs.status[2] + 1)  # its entries fell out of the ring buffer
+
+
+def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
+    """Pending entries as ops in record order; entries sharing a seq (coalesced) merge."""
+    ops: dict[tuple[str, int], Op] = {}
+    for ch, seq, e in items:
         pname = str(e.get("profiling_name", ""))
-        peers: tuple[tuple[int, int], ...] = ()
         m = _PEER_RE.search(pname)
-        if m:
-            peers = ((int(m.group(2)), int(m.group(4))),)
-        key = (is_p2p, seq)
-        sizes = e.get("input_sizes") or []
+        peers: tuple[tuple[int, int], ...] = ((int(m.group(2)), int(m.group(4))),) if m else ()
+        sizes = list(e.get("input_sizes") or [])
+        out_sizes = list(e.get("output_sizes") or [])
         dtypes = [str(d) for d in (e.get("input_dtypes") or [])]
-        op = ops.get(key)
+        op = ops.get((ch, seq))
         if op is None:
-            ops[key] = Op(
+            ops[(ch, seq)] = Op(
                 seq=seq,
+                channel=ch,
                 type=_op_type(pname),
-                is_p2p=is_p2p,
+                is_p2p=_entry_is_p2p(e),
                 collective_seq_id=_int(e.get("collective_seq_id", e.get("seq_id"))),
                 p2p_seq_id=_int(e.get("p2p_seq_id")),
                 op_id=_int(e.get("op_id")),
-                input_sizes=list(sizes),
-                output_sizes=list(e.get("output_sizes") or []),
+                input_sizes=sizes,
+                output_sizes=out_sizes,
                 dtypes=dtypes,
                 state=str(e.get("state", "")),
                 peers=peers,
@@ -421,12 +466,11 @@ def _pending_ops(ents: list[dict[str, Any]], completed: int | None, unit: str) -
         else:  # coalesced: several entries share one sequence id
             op.names.append(pname)
             op.input_sizes.extend(sizes)
-            op.output_sizes.extend(e.get("output_sizes") or [])
+            op.output_sizes.extend(out_sizes)
             op.dtypes.extend(dtypes)
             op.peers += peers
-            if op.type != "coalesced":
-                op.type = "coalesced"
-    return sorted(ops.values(), key=lambda o: o.seq)
+            op.type = "coalesced"
+    return list(ops.values())
 
 
 # ----------------------------------------------------------------------------- reading

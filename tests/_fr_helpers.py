@@ -1,0 +1,327 @@
+"""Build Flight Recorder dumps shaped like the ones torch writes, for tests and benchmarks.
+
+A job is a list of process groups and, per rank, a program of calls. Each rank has enqueued
+its first `reached[rank]` calls and completed its first `completed[rank]`; from that the
+helper writes what ProcessGroupNCCL would have dumped: per-group collective / p2p sequence
+ids and op ids, `pg_status` keyed by the rank's own local pg ids (creation order), `pg_config`
+with `ranks` as a string, a ring buffer of the last `buffer` entries, version 2.9 with
+`nccl_version` (or 2.10 with `comm_lib_version`).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REAL_DUMPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fr_dumps"
+
+
+def real_dumps_dir(name: str) -> Path:
+    """The shared real NCCL dump set `name` (gpu_error_2nd, lock_gil_1st)."""
+    for base in (REAL_DUMPS, Path("/work/shared/data/fr_dumps")):
+        if (base / name).is_dir():
+            return base / name
+    import pytest
+
+    pytest.skip(f"shared real dumps {name!r} not found next to the repository")
+    raise AssertionError  # unreachable
+
+
+@dataclass
+class Group:
+    name: str
+    desc: str
+    ranks: list[int]
+
+
+@dataclass
+class Call:
+    """One call on a group: a collective (`peer` None) or a send/recv to `peer` (global)."""
+
+    group: str
+    op: str = "all_reduce"
+    sizes: list[list[int]] = field(default_factory=lambda: [[4]])
+    dtype: str = "Float"
+    peer: int | None = None
+    coalesced: int = 1  # >1: that many entries share one sequence id
+
+
+def _entry(
+    rank: int,
+    g: Group,
+    pg_id: int,
+    call: Call,
+    coll: int,
+    p2p: int,
+    op_id: int,
+    record_id: int,
+    state: str,
+    prefix: str,
+) -> dict[str, Any]:
+    is_p2p = call.peer is not None
+    name = f"{prefix}:{call.op}"
+    if is_p2p:
+        me, other = g.ranks.index(rank), g.ranks.index(call.peer)  # type: ignore[arg-type]
+        name += f" {me}->{other}" if call.op == "send" else f" {me}<-{other}"
+    return {
+        "collective_seq_id": coll,
+        "input_dtypes": [call.dtype] * len(call.sizes),
+        "input_sizes": call.sizes,
+        "is_p2p": is_p2p,
+        "op_id": op_id,
+        "output_dtypes": [call.dtype] * len(call.sizes),
+        "output_sizes": call.sizes,
+        "p2p_seq_id": p2p if is_p2p else 0,
+        "pg_id": pg_id,
+        "process_group": (g.name, g.desc),
+        "profiling_name": name,
+        "record_id": record_id,
+        "retired": False,
+        "state": state,
+        "thread_id": "140000000000000",
+        "thread_name": "python3",
+        "time_created_ns": 1_758_581_237_526_848_193 + record_id * 1000,
+        "time_discovered_completed_ns": None,
+        "time_discovered_started_ns": None,
+        "timeout_ms": 600000,
+    }
+
+
+def rank_dump(
+    rank: int,
+    groups: Sequence[Group],
+    program: Sequence[Call],
+    reached: int,
+    completed: int,
+    *,
+    version: str = "2.9",
+    buffer: int = 2000,
+    mark_completed: bool = False,
+    prefix: str = "nccl",
+    started: int | None = None,
+) -> dict[str, Any]:
+    """The raw dump dict of one rank that enqueued `reached` and completed `completed` calls."""
+    mine = [g for g in groups if rank in g.ranks]
+    by_name = {g.name: g for g in mine}
+    pg_ids = {g.name: i for i, g in enumerate(mine)}
+    coll = dict.fromkeys(by_name, 0)
+    p2p = dict.fromkeys(by_name, 0)
+    ops = dict.fromkeys(by_name, 0)
+    status = {g.name: [-1, -1, -1] for g in mine}  # enqueued, started, completed
+    entries: list[dict[str, Any]] = []
+    record = 0
+    for i, call in enumerate(program[:reached]):
+        g = by_name[call.group]
+        if call.peer is None:
+            coll[g.name] += 1
+            seq = coll[g.name]
+        else:
+            p2p[g.name] += 1
+            seq = p2p[g.name]
+        done = i < completed
+        st = status[g.name]
+        st[0] = seq
+        if done:
+            st[2] = seq
+        if started is not None and i < started:
+            st[1] = seq
+        for _ in range(call.coalesced):
+            ops[g.name] += 1
+            state = "completed" if (done and mark_completed) else "scheduled"
+            entries.append(
+                _entry(
+                    rank,
+                    g,
+                    pg_ids[g.name],
+                    call,
+                    coll[g.name],
+                    p2p[g.name],
+                    ops[g.name],
+                    record,
+                    state,
+                    prefix,
+                )
+            )
+            record += 1
+    dump: dict[str, Any] = {
+        "version": version,
+        "pg_config": {
+            g.name: {"name": g.name, "desc": g.desc, "ranks": json.dumps(g.ranks)} for g in mine
+        },
+        "pg_status": {
+            str(pg_ids[n]): {
+                "last_enqueued_collective": s[0],
+                "last_started_collective": s[1],
+                "last_completed_collective": s[2],
+            }
+            for n, s in status.items()
+        },
+        "entries": entries[-buffer:] if buffer else [],
+    }
+    dump["comm_lib_version" if version >= "2.10" else "nccl_version"] = "2.27.3"
+    return dump
+
+
+def job_dumps(
+    groups: Sequence[Group],
+    programs: dict[int, Sequence[Call]],
+    reached: dict[int, int],
+    completed: dict[int, int],
+    **kw: Any,
+) -> dict[int, dict[str, Any]]:
+    """Raw dumps of every rank of `programs`."""
+    return {
+        r: rank_dump(r, groups, programs[r], reached[r], completed[r], **kw)
+        for r in sorted(programs)
+    }
+
+
+def write_dumps(
+    dumps: dict[int, dict[str, Any]],
+    directory: Path,
+    *,
+    prefix: str = "_dump_",
+    fmt: str = "pickle",
+) -> list[Path]:
+    """Write one file per rank; `fmt` 'pickle' (protocol 2, like torch) or 'json'."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for r, d in dumps.items():
+        p = directory / f"{prefix}{r}"
+        if fmt == "json":
+            p.write_text(json.dumps(d))
+        else:
+            p.write_bytes(pickle.dumps(d, protocol=2))
+        out.append(p)
+    return out
+
+
+def stalled_allreduce_job(
+    world: int, culprits: Sequence[int], steps: int = 5, missing: Sequence[int] = ()
+) -> dict[int, dict[str, Any]]:
+    """World-size job of `steps` all-reduces on the default group; `culprits` never reach the
+    last one while everyone else waits in it. `missing` ranks get no dump."""
+    g = Group("0", "default_pg", list(range(world)))
+    prog = [Call("0", "all_reduce", [[1024]], "Float") for _ in range(steps)]
+    reached = {r: steps - 1 if r in culprits else steps for r in range(world)}
+    completed = dict.fromkeys(range(world), steps - 1)
+    dumps = job_dumps([g], dict.fromkeys(range(world), prog), reached, completed)
+    for r in missing:
+        dumps.pop(r)
+    return dumps
+
+
+# ----------------------------------------------------------------------------- real gloo job
+
+GLOO_WORKER = r"""
+import datetime, json, os, pickle, sys, threading, time
+import torch
+import torch.distributed as dist
+
+rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+hang_rank, dump_after = int(sys.argv[5]), float(sys.argv[6])
+json_ranks = {int(x) for x in sys.argv[7].split(",") if x}
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+dist.init_process_group("gloo", rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=dump_after + 6))
+pairs = [dist.new_group([r, r + 1], group_desc=f"pair{r}") for r in range(0, world, 2)]
+mine = pairs[rank // 2]
+
+def pg_config():
+    cfg = {}
+    world_pg = dist.distributed_c10d._get_default_group()
+    for pg in [world_pg] + [p for p in pairs if isinstance(p, dist.ProcessGroup)]:
+        ranks = dist.get_process_group_ranks(pg)
+        desc = "default_pg" if pg is world_pg else f"pair{ranks[0]}"
+        cfg[pg.group_name] = {"name": pg.group_name, "desc": desc, "ranks": json.dumps(ranks)}
+    return cfg
+
+def dump():
+    # Only the first dump of a gloo process is faithful: a second call reports the pending
+    # op as completed. So each rank dumps once, in one form (pickle, or JSON for json_ranks).
+    fr = torch._C._distributed_c10d
+    if rank in json_ranks:
+        js = fr._dump_fr_trace_json()
+        j = json.loads(js.decode() if isinstance(js, bytes) else js)
+        j["pg_config"] = pg_config()  # gloo writes an empty pg_config
+        with open(os.path.join(out, f"_dump_{rank}.json"), "w") as fh:
+            json.dump(j, fh)
+    else:
+        d = pickle.loads(fr._dump_fr_trace())  # our own process's dump: trusted
+        d["pg_config"] = pg_config()
+        with open(os.path.join(out, f"_dump_{rank}"), "wb") as fh:
+            pickle.dump(d, fh, protocol=2)
+    sync = os.path.join(out, "..", os.path.basename(out) + ".sync")
+    os.makedirs(sync, exist_ok=True)
+    open(os.path.join(sync, f"done.{rank}"), "w").close()
+    deadline = time.monotonic() + 20  # exit only when every rank has dumped
+    while time.monotonic() < deadline:
+        if all(os.path.exists(os.path.join(sync, f"done.{r}")) for r in range(world)):
+            break
+        time.sleep(0.05)
+    os._exit(0)
+
+t = torch.ones(8)
+for _ in range(3):
+    dist.all_reduce(t)
+dist.all_reduce(t, group=mine)
+dist.barrier()
+threading.Timer(dump_after, dump).start()
+if rank == hang_rank:
+    time.sleep(dump_after + 30)  # hangs: never calls the collective its pair waits in
+dist.all_reduce(torch.ones(2, 3), group=mine)
+dist.all_reduce(torch.ones(5))
+time.sleep(dump_after + 30)
+"""
+
+
+def run_gloo_job(
+    out: Path,
+    world: int,
+    hang_rank: int,
+    port: int,
+    dump_after: float = 3.0,
+    json_ranks: Sequence[int] = (),
+) -> list[str]:
+    """Run a real `world`-rank gloo job where `hang_rank` never enters its pair's all_reduce;
+    every rank dumps its Flight Recorder buffer from a timer while the others wait (ranks in
+    `json_ranks` in the JSON form). Returns each rank's stderr tail (for failure messages)."""
+    import os
+    import subprocess
+    import sys
+
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                GLOO_WORKER,
+                str(r),
+                str(world),
+                str(port),
+                str(out),
+                str(hang_rank),
+                str(dump_after),
+                ",".join(map(str, json_ranks)),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for r in range(world)
+    ]
+    tails = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=dump_after + 60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        tails.append(err.decode(errors="replace")[-2000:])
+    return tails
