@@ -31,6 +31,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from storage import dashboard_queries
 from web import views
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +41,8 @@ STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg
 LIVE_INTERVAL_MS = 3000
 MAX_AUDIT_BYTES = 32 << 20
 SEARCH_LIMIT = 200
+TIMELINE_LIMIT = 1000  # most recent cycles shown on a job page
+FACETS = 30
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -142,9 +145,19 @@ def create_router(repo_provider: Any) -> APIRouter:
         if job is None:
             raise _BadRequest(404, f"no job {job_id!r} in the history")
         jrow = views.job_row(job)
-        rows = [views.cycle_row(c) for c in repo.list_cycles(job_id)]
+        rows = [
+            views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
+        ]
         plot = views.progress_plot(rows)
-        return render(request, "job.html", live=jrow["live"], job=jrow, cycles=rows, plot=plot)
+        return render(
+            request,
+            "job.html",
+            live=jrow["live"],
+            job=jrow,
+            cycles=rows,
+            plot=plot,
+            shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
+        )
 
     @router.get("/jobs/{job_id}/cycles/{cycle}", response_class=HTMLResponse)
     def cycle_page(request: Request, job_id: str, cycle: str) -> Response:
@@ -214,7 +227,12 @@ def create_router(repo_provider: Any) -> APIRouter:
             raise _BadRequest(400, "search term too long")
         searched = bool(fingerprint or failure_class or decision)
         results: list[dict[str, Any]] = []
-        if searched:
+        facets: list[dict[str, Any]] = []
+        recurring: list[dict[str, Any]] = []
+        if not searched:
+            facets = dashboard_queries.failure_classes(get_repo(), FACETS)
+            recurring = dashboard_queries.recurring_fingerprints(get_repo(), FACETS)
+        else:
             records = get_repo().search(
                 fingerprint=fingerprint or None,
                 failure_class=failure_class or None,
@@ -232,6 +250,8 @@ def create_router(repo_provider: Any) -> APIRouter:
             "search.html",
             searched=searched,
             results=results,
+            facets=facets,
+            recurring=recurring,
             limit=SEARCH_LIMIT,
             fingerprint=fingerprint,
             failure_class=failure_class,

@@ -252,10 +252,14 @@ def cycle_detail(record: Any) -> dict[str, Any]:
     p_line = primary.get("line") if primary else None
     supporting = []
     for e in evidence:
-        is_primary = bool(e.get("is_primary")) or (
-            primary is not None
-            and e.get("line") == p_line
-            and e.get("failure_class") == primary.get("failure_class")
+        is_primary = (
+            e.get("primary") is True
+            or bool(e.get("is_primary"))
+            or (
+                primary is not None
+                and e.get("line") == p_line
+                and e.get("failure_class") == primary.get("failure_class")
+            )
         )
         if not is_primary:
             supporting.append(e)

@@ -1,0 +1,120 @@
+"""Read-only queries of the dashboard that the repository does not offer (the only SQL of web/).
+
+- `timeline(repo, job_id, limit=None)` — a job's cycles as light dicts (summary columns
+  only, never the verdict/FR/LLM JSON), oldest first; `limit` keeps the most recent ones.
+  This keeps the job page fast on jobs with thousands of cycles.
+- `failure_classes(repo, limit)` — failure classes seen in the history with cycle and job
+  counts, most frequent first (the search page's facets).
+- `recurring_fingerprints(repo, limit)` — fingerprints seen in more than one cycle, most
+  frequent first, with how many jobs they hit.
+
+All take a `storage.HistoryRepository` and use its read session; results are plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from storage.models import Cycle, Job
+from storage.records import as_utc
+
+_TIMELINE_COLUMNS = (
+    Cycle.cycle,
+    Cycle.status,
+    Cycle.node,
+    Cycle.started_at,
+    Cycle.ended_at,
+    Cycle.analysed_at,
+    Cycle.decision,
+    Cycle.rule,
+    Cycle.basis,
+    Cycle.fingerprint,
+    Cycle.failure_class,
+    Cycle.domain,
+    Cycle.last_iteration,
+    Cycle.last_checkpoint,
+    Cycle.llm_contributed,
+)
+
+
+def _check_limit(limit: int | None, top: int = 100_000) -> None:
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= top
+    ):
+        raise ValueError(f"limit must be an integer between 1 and {top}")
+
+
+def timeline(repo: Any, job_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Summary rows of a job's cycles, oldest first (the last `limit` when given)."""
+    _check_limit(limit)
+    with repo.read_session() as session:
+        q = (
+            select(*_TIMELINE_COLUMNS, Cycle.llm.is_not(None).label("has_llm"))
+            .join(Job, Job.id == Cycle.job_pk)
+            .where(Job.job_id == job_id)
+            .order_by(Cycle.cycle.desc())
+        )
+        if limit is not None:
+            q = q.limit(limit)
+        rows = session.execute(q).mappings().all()
+    out = []
+    for r in reversed(rows):
+        d = dict(r)
+        for key in ("started_at", "ended_at", "analysed_at"):
+            d[key] = as_utc(d[key])
+        d["job_id"] = job_id
+        d["llm"] = {"stored": True} if d.pop("has_llm") else None
+        out.append(d)
+    return out
+
+
+def failure_classes(repo: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """[{failure_class, cycles, jobs, stops}] over analysed cycles, most cycles first."""
+    _check_limit(limit, 10_000)
+    with repo.read_session() as session:
+        q = (
+            select(
+                Cycle.failure_class,
+                func.count().label("cycles"),
+                func.count(func.distinct(Cycle.job_pk)).label("jobs"),
+                func.sum(case((Cycle.decision == "STOP", 1), else_=0)).label("stops"),
+            )
+            .where(Cycle.failure_class.is_not(None))
+            .group_by(Cycle.failure_class)
+            .order_by(func.count().desc(), Cycle.failure_class)
+            .limit(limit)
+        )
+        return [
+            {
+                "failure_class": fc,
+                "cycles": int(n),
+                "jobs": int(j),
+                "stops": int(s or 0),
+            }
+            for fc, n, j, s in session.execute(q)
+        ]
+
+
+def recurring_fingerprints(repo: Any, limit: int = 20) -> list[dict[str, Any]]:
+    """[{fingerprint, failure_class, cycles, jobs}] of fingerprints seen in 2+ cycles."""
+    _check_limit(limit, 10_000)
+    with repo.read_session() as session:
+        q = (
+            select(
+                Cycle.fingerprint,
+                func.min(Cycle.failure_class),
+                func.count().label("cycles"),
+                func.count(func.distinct(Cycle.job_pk)).label("jobs"),
+            )
+            .where(Cycle.fingerprint.is_not(None))
+            .group_by(Cycle.fingerprint)
+            .having(func.count() > 1)
+            .order_by(func.count().desc(), Cycle.fingerprint)
+            .limit(limit)
+        )
+        return [
+            {"fingerprint": fp, "failure_class": fc, "cycles": int(n), "jobs": int(j)}
+            for fp, fc, n, j in session.execute(q)
+        ]
