@@ -348,3 +348,18 @@ def test_binary_and_missing_logs_do_not_crash(
     assert out["status"] == "ok" and out["grounded"] is True
     gone = enrich(make_verdict(51), tmp_path / "gone.log", config(llm_server, model, key_file))
     assert gone["status"] == "error" and gone["error"].startswith("log: cannot read")
+
+
+def test_a_log_that_blocks_is_cut_by_the_deadline_too(
+    llm_server: LLMServer, key_file: Path, tmp_path: Path
+) -> None:
+    import os
+
+    fifo = tmp_path / "stuck.log"
+    os.mkfifo(fifo)  # opening it for reading blocks until a writer comes
+    model = llm_server.script([{"content": answer(1)}])
+    out = enrich(make_verdict(1), fifo, config(llm_server, model, key_file, timeout_s=0.5))
+    assert out["status"] == "error" and out["error"] == "timeout: no answer within 0.5s"
+    assert out["late"] is True and llm_server.requests(model) == []
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # release the abandoned worker
+    os.close(fd)
