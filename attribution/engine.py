@@ -26,11 +26,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from restart_agent import LogScanner, decide
 from restart_agent.model import CycleEvidence, PolicyConfig, PriorCycle
-from storage import CycleRecord, HistoryRepository
+
+if TYPE_CHECKING:  # storage (SQLAlchemy) is imported only by callers that persist
+    from storage import CycleRecord, HistoryRepository
 
 log = logging.getLogger(__name__)
 

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     _check_log(args.log)
     llm_config = llm_options.config_from_args(args)
 
+    if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
+        return _analyze(args, llm_config)
     from storage import StorageError
 
     try:
@@ -138,8 +140,7 @@ def _enrich(
     try:
         from restart_agent import llm
 
-        enrichment = llm.enrich(verdict, args.log, config)
-        enriched = llm.apply_enrichment(verdict, enrichment, engine.policy)
+        enriched = llm.enrich_and_apply(verdict, args.log, config, engine.policy)
     except Exception as exc:  # an LLM failure never costs the deterministic verdict
         print(f"relaunch analyze: warning: LLM enrichment failed: {exc}", file=sys.stderr)
         return verdict
@@ -227,7 +228,12 @@ def format_text(v: dict[str, Any]) -> str:
             rank = f" [rank {e['rank']}]" if e.get("rank") is not None else ""
             lines.append(f"  {e.get('line'):>8}{rank} {e.get('failure_class')}: {e.get('text')}")
     llm = v.get("llm") or {}
-    lines.append(f"llm:       {'contributed' if llm.get('contributed') else 'not used'}")
+    if llm.get("status") is not None:  # an LLM ran (--llm): its own summary
+        from restart_agent.llm import format_text as llm_text
+
+        lines.extend(llm_text(v).splitlines())
+    else:
+        lines.append("llm:       not used")
     log_id = v.get("log")
     scan = v.get("scan") or {}
     if log_id or scan:
