@@ -68,10 +68,7 @@ def verdict(
             "entity": None,
             "node": None,
         }
-    evidence = [
-        {**(primary or {}), "line": n, "text": f"evidence {n}"}
-        for n in evidence_lines
-    ]
+    evidence = [{**(primary or {}), "line": n, "text": f"evidence {n}"} for n in evidence_lines]
     return {
         "decision": decision,
         "basis": f"{decision} because of a test",
@@ -95,3 +92,65 @@ def verdict(
         "llm": {"contributed": False},
         "scan": {},
     }
+
+
+# -- small realistic multi-rank cycle logs -------------------------------------------------
+
+
+def _progress(ranks: int, start: int, stop: int) -> list[str]:
+    lines = []
+    for it in range(start, stop + 1, 10):
+        lines.append(
+            f"[rank0]:  iteration {it:>8}/  500000 | consumed samples: {it * 64:>10} | "
+            f"elapsed time per iteration (ms): 812.3 | lm loss: 2.345E+00 |"
+        )
+        for r in range(1, ranks):
+            lines.append(f"[rank{r}]: step done, tokens/s=51234")
+    return lines
+
+
+def infra_log(last_iteration: int = 100, ranks: int = 4, failing_rank: int = 2) -> str:
+    """A NCCL system error on one rank, then watchdog timeouts and teardown on the others."""
+    lines = [f"[rank{r}]: initializing model parallel with size 1" for r in range(ranks)]
+    lines += _progress(ranks, last_iteration - 20, last_iteration)
+    lines.append(
+        f"[rank{failing_rank}]: torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5"
+    )
+    for r in range(ranks):
+        if r != failing_rank:
+            lines.append(
+                f"[rank{r}]: [E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective "
+                f"operation timeout: WorkNCCL(SeqNum=4{r}1, OpType=ALLREDUCE, NumelIn=1, "
+                "NumelOut=1, Timeout(ms)=600000) ran for 600{r}45 milliseconds before timing out."
+            )
+    lines.append("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
+    return "\n".join(lines) + "\n"
+
+
+def workload_log(last_iteration: int = 50, ranks: int = 4) -> str:
+    """A KeyError traceback on every rank after some progress (a probable workload bug)."""
+    lines = _progress(ranks, max(0, last_iteration - 20), last_iteration)
+    for r in range(ranks):
+        lines += [
+            f"[rank{r}]: Traceback (most recent call last):",
+            f'[rank{r}]:   File "/work/train.py", line 88, in <module>',
+            f"[rank{r}]:     batch = sample['input_ids']",
+            f"[rank{r}]: KeyError: 'input_ids'",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def syntax_log(ranks: int = 2) -> str:
+    """A SyntaxError on every rank before any progress (a certain workload bug)."""
+    lines = []
+    for r in range(ranks):
+        lines += [
+            f"[rank{r}]: Traceback (most recent call last):",
+            f'[rank{r}]:   File "/work/train.py", line 12',
+            f"[rank{r}]:     def forward(self x):",
+            f"[rank{r}]:                      ^",
+            f"[rank{r}]: SyntaxError: invalid syntax",
+        ]
+    return "\n".join(lines) + "\n"

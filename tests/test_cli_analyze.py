@@ -1,0 +1,259 @@
+"""`relaunch analyze` as a user runs it: a real subprocess, real logs, a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._storage_helpers import REPO_ROOT, infra_log, sqlite_url, syntax_log, workload_log
+
+SPEC_KEYS = {"decision", "basis", "rule", "primary", "cascades", "progress", "history"}
+PRIMARY_KEYS = {"failure_class", "line", "rank", "fingerprint", "text"}
+
+
+def analyze(*args: str | Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "relaunch_cli", "analyze", *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def analyze_json(*args: str | Path) -> dict:
+    p = analyze(*args, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)  # exactly one JSON object, nothing else on stdout
+
+
+def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def test_json_output_has_the_spec_keys(tmp_path):
+    log = write(tmp_path, "cycle_0.log", infra_log())
+    v = analyze_json(log)
+    assert set(v) >= SPEC_KEYS
+    assert v["decision"] in ("STOP", "RESTART")
+    assert set(v["primary"]) >= PRIMARY_KEYS
+    assert v["primary"]["failure_class"] == "nccl_error" and v["primary"]["rank"] == 2
+    assert isinstance(v["primary"]["line"], int)
+    assert "last_iteration" in v["progress"] and v["progress"]["last_iteration"] == 100
+    assert "same_root_prior_cycles" in v["history"]
+    assert "job_id" not in v  # nothing saved without --db
+
+
+def test_text_output_verdict_first_then_why_then_evidence(tmp_path):
+    log = write(tmp_path, "cycle_0.log", syntax_log())
+    p = analyze(log)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("STOP")
+    assert lines[1].startswith("why:") and lines[2].startswith("rule:")
+    text = p.stdout
+    assert "python_syntax_error" in text and "SyntaxError: invalid syntax" in text
+    assert text.index("why:") < text.index("evidence:")
+    line_no = json.loads(analyze(log, "--format", "json").stdout)["primary"]["line"]
+    assert f"line {line_no}" in text
+
+
+def test_infrastructure_failure_recurring_without_progress_stops_at_the_ceiling(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "stuck.log", infra_log(last_iteration=100))
+    got = [analyze_json(log, "--db", db, "--job-id", "j", "--cycle", c) for c in range(4)]
+    assert [v["decision"] for v in got] == ["RESTART", "RESTART", "RESTART", "STOP"]
+    assert [v["history"]["same_root_prior_cycles"] for v in got] == [0, 1, 2, 3]
+    assert [v["cycle"] for v in got] == [0, 1, 2, 3]
+    con = sqlite3.connect(tmp_path / "relaunch.db")
+    rows = con.execute("SELECT cycle, decision FROM cycles ORDER BY cycle").fetchall()
+    assert rows == [(0, "RESTART"), (1, "RESTART"), (2, "RESTART"), (3, "STOP")]
+    con.close()
+
+
+def test_progress_between_cycles_keeps_restarting(tmp_path):
+    db = sqlite_url(tmp_path)
+    for c in range(6):
+        log = write(tmp_path, f"c{c}.log", infra_log(last_iteration=100 + 40 * c))
+        v = analyze_json(log, "--db", db, "--job-id", "moving", "--cycle", c)
+        assert v["decision"] == "RESTART", v["basis"]
+
+
+def test_workload_bug_recurring_stops_at_the_second_cycle(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "w.log", workload_log(last_iteration=50))
+    first = analyze_json(log, "--db", db, "--job-id", "w", "--cycle", "1")
+    second = analyze_json(log, "--db", db, "--job-id", "w", "--cycle", "2")
+    assert (
+        first["decision"] == "RESTART" and first["primary"]["failure_class"] == "python_key_error"
+    )
+    assert second["decision"] == "STOP"
+    assert second["history"]["same_root_prior_cycles"] == 1
+
+
+def test_certain_workload_bug_stops_at_once(tmp_path):
+    v = analyze_json(
+        write(tmp_path, "s.log", syntax_log()), "--db", sqlite_url(tmp_path), "--job-id", "s"
+    )
+    assert v["decision"] == "STOP" and v["cycle"] == 0
+
+
+def test_cycle_defaults_to_the_next_one_and_history_persists(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "i.log", infra_log())
+    cycles = [analyze_json(log, "--db", db, "--job-id", "auto")["cycle"] for _ in range(3)]
+    assert cycles == [0, 1, 2]
+    v = analyze_json(log, "--db", db, "--job-id", "auto")
+    assert v["cycle"] == 3 and v["history"]["same_root_prior_cycles"] == 3
+    assert v["log"]["size"] == log.stat().st_size and len(v["log"]["sha256"]) == 64
+
+
+def test_without_db_history_is_empty_every_time(tmp_path):
+    log = write(tmp_path, "w.log", workload_log())
+    for _ in range(3):
+        v = analyze_json(log, "--job-id", "j", "--cycle", "7")
+        assert v["decision"] == "RESTART" and v["history"]["same_root_prior_cycles"] == 0
+
+
+def test_reanalysing_a_cycle_replaces_it(tmp_path):
+    db = sqlite_url(tmp_path)
+    w = write(tmp_path, "w.log", workload_log())
+    s = write(tmp_path, "s.log", syntax_log())
+    analyze_json(w, "--db", db, "--job-id", "j", "--cycle", "0")
+    v = analyze_json(s, "--db", db, "--job-id", "j", "--cycle", "0")
+    assert v["decision"] == "STOP"
+    con = sqlite3.connect(tmp_path / "relaunch.db")
+    assert con.execute("SELECT count(*), max(failure_class) FROM cycles").fetchone() == (
+        1,
+        "python_syntax_error",
+    )
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("empty.log", b""),
+        ("binary.log", bytes(range(256)) * 64),
+        ("latin1.log", "[rank0]: Fehler: Größe ungültig \xe9\n".encode("latin-1")),
+        ("crlf.log", syntax_log().replace("\n", "\r\n").encode()),
+        ("truncated.log", infra_log().encode()[:-30]),
+    ],
+)
+def test_odd_logs_are_analysed_not_crashed_on(tmp_path, name, data):
+    log = write(tmp_path, name, data)
+    v = analyze_json(log, "--db", sqlite_url(tmp_path), "--job-id", "odd")
+    assert v["decision"] in ("STOP", "RESTART")
+    assert v["log"]["size"] == len(data)
+    if name == "empty.log":
+        assert v["decision"] == "RESTART" and v["primary"] is None
+        assert v["progress"]["last_iteration"] is None
+    if name == "crlf.log":
+        assert v["decision"] == "STOP"
+    p = analyze(log)  # text output too
+    assert p.returncode == 0 and p.stdout.split()[0] in ("STOP", "RESTART")
+
+
+@pytest.mark.slow
+def test_two_gigabyte_sparse_log_is_analysed(tmp_path):
+    log = tmp_path / "sparse.log"
+    with open(log, "wb") as f:
+        f.truncate(2 * 1024**3)
+        f.seek(2 * 1024**3 - 200)
+        f.write(b"\n[rank0]: SyntaxError: invalid syntax\n")
+    v = analyze_json(log)
+    assert v["decision"] == "STOP"
+    assert v["primary"]["failure_class"] == "python_syntax_error"
+
+
+def _one_line_error(p: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+    assert p.returncode == code, (p.returncode, p.stderr)
+    assert p.stdout == ""
+    err = p.stderr.strip()
+    assert "Traceback" not in err
+    assert needle in err
+    assert err.count("\n") == 0 or p.returncode == 2 and err.startswith("usage:"), err
+
+
+def test_missing_file(tmp_path):
+    _one_line_error(analyze(tmp_path / "nope.log"), 2, "no such file")
+
+
+def test_directory(tmp_path):
+    _one_line_error(analyze(tmp_path), 2, "is a directory")
+
+
+def test_broken_symlink(tmp_path):
+    link = tmp_path / "dangling.log"
+    link.symlink_to(tmp_path / "gone.log")
+    _one_line_error(analyze(link), 2, "broken symbolic link")
+
+
+def test_unreadable_file(tmp_path):
+    log = write(tmp_path, "secret.log", infra_log())
+    log.chmod(0)
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        # root reads anything: run the CLI without the capabilities that bypass file modes
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root and util-linux setpriv is absent: cannot drop DAC caps")
+        prefix = (setpriv, "--bounding-set", "-dac_override,-dac_read_search")
+    _one_line_error(analyze(log, prefix=prefix), 2, "permission denied")
+
+
+def test_negative_cycle(tmp_path):
+    log = write(tmp_path, "i.log", infra_log())
+    p = analyze(log, "--db", sqlite_url(tmp_path), "--job-id", "j", "--cycle", "-1")
+    _one_line_error(p, 2, "--cycle must be >= 0")
+    assert not (tmp_path / "relaunch.db").exists()
+
+
+def test_non_integer_cycle(tmp_path):
+    p = analyze(write(tmp_path, "i.log", infra_log()), "--cycle", "three")
+    assert p.returncode == 2 and "invalid int value" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_db_without_job_id(tmp_path):
+    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", sqlite_url(tmp_path))
+    _one_line_error(p, 2, "--db needs --job-id")
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("definitely not a url", "not a database URL"),
+        ("nosuchdb://h/x", "unsupported database URL scheme"),
+    ],
+)
+def test_bad_db_url(tmp_path, url, needle):
+    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", url, "--job-id", "j")
+    _one_line_error(p, 3, needle)
+
+
+def test_db_that_is_not_a_database_keeps_its_bytes(tmp_path):
+    bad = write(tmp_path, "notes.db", b"my notes, not a database\n" * 50)
+    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", f"sqlite:///{bad}", "--job-id", "j")
+    _one_line_error(p, 3, "cannot open database")
+    assert bad.read_bytes() == b"my notes, not a database\n" * 50
+
+
+def test_bad_input_loses_no_history(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "i.log", infra_log())
+    analyze_json(log, "--db", db, "--job-id", "j", "--cycle", "0")
+    assert analyze(tmp_path / "missing.log", "--db", db, "--job-id", "j").returncode == 2
+    assert analyze(log, "--db", db, "--job-id", "j", "--cycle", "-5").returncode == 2
+    v = analyze_json(log, "--db", db, "--job-id", "j")
+    assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1

@@ -1,0 +1,206 @@
+"""AttributionEngine: scan + identity in one pass, history from a real SQLite file, save,
+listeners that can neither change nor delay the verdict."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from attribution.engine import AttributionEngine, VerdictEvent, scan_with_identity
+from restart_agent import scan_file
+from restart_agent.model import PolicyConfig
+from storage import open_repository
+from tests._storage_helpers import infra_log, sqlite_url, syntax_log, workload_log
+
+
+@pytest.fixture
+def repo(tmp_path: Path):
+    r = open_repository(sqlite_url(tmp_path))
+    yield r
+    r.close()
+
+
+def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def test_verdict_is_saved_with_the_logs_identity(repo, tmp_path):
+    log = _write(tmp_path, "cycle_0.log", infra_log())
+    engine = AttributionEngine(repo)
+    v = engine.analyze_cycle("job", 0, log)
+    rec = repo.get_cycle("job", 0)
+    assert rec.verdict == v
+    data = log.read_bytes()
+    assert rec.log_identity == {
+        "path": str(log),
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    assert rec.decision == v["decision"] == "RESTART"
+    assert rec.failure_class == v["primary"]["failure_class"] == "nccl_error"
+    assert rec.last_iteration == 100
+    assert rec.evidence[0]["primary"] and rec.evidence[0]["line"] == v["primary"]["line"]
+    engine.close()
+
+
+def test_one_pass_scan_equals_scan_file_for_any_chunking(tmp_path):
+    text = infra_log(ranks=8) + "\r\nbinary \xff\xfe tail without newline"
+    log = _write(tmp_path, "x.log", text.encode("utf-8", "surrogateescape"))
+    expected = scan_file(log)
+    for chunk in (1, 7, 4096, 1 << 20):
+        evidence, ident = scan_with_identity(log, chunk_size=chunk)
+        assert evidence == expected
+        assert ident.size == log.stat().st_size
+    _, ident = scan_with_identity(log, hash_log=False)
+    assert ident.sha256 is None
+
+
+def test_history_comes_from_earlier_cycles_only(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    log = _write(tmp_path, "c.log", infra_log(last_iteration=100))
+    first = engine.analyze_cycle("job", 0, log)
+    second = engine.analyze_cycle("job", 1, log)
+    assert first["history"]["same_root_prior_cycles"] == 0
+    assert second["history"]["same_root_prior_cycles"] == 1
+    # re-analysing cycle 1 replaces it and still sees only cycle 0
+    again = engine.analyze_cycle("job", 1, log)
+    assert again["history"]["same_root_prior_cycles"] == 1
+    assert [c.cycle for c in repo.list_cycles("job")] == [0, 1]
+    # another job's history is its own
+    assert engine.analyze_cycle("other", 5, log)["history"]["same_root_prior_cycles"] == 0
+    engine.close()
+
+
+def test_infrastructure_ceiling_and_progress_reset(repo, tmp_path):
+    policy = PolicyConfig(same_root_no_progress_retries=2)
+    engine = AttributionEngine(repo, policy)
+    stuck = _write(tmp_path, "stuck.log", infra_log(last_iteration=100))
+    decisions = [engine.analyze_cycle("j", c, stuck)["decision"] for c in range(3)]
+    assert decisions == ["RESTART", "RESTART", "STOP"]
+    # progress between cycles protects the restart
+    engine2 = AttributionEngine(repo, policy)
+    out = []
+    for c in range(4):
+        log = _write(tmp_path, f"p{c}.log", infra_log(last_iteration=100 + 50 * c))
+        out.append(engine2.analyze_cycle("moving", c, log)["decision"])
+    assert out == ["RESTART"] * 4
+    engine.close()
+    engine2.close()
+
+
+def test_without_a_repository_nothing_is_saved_and_history_is_empty(tmp_path):
+    engine = AttributionEngine(None)
+    log = _write(tmp_path, "w.log", workload_log())
+    calls: list[VerdictEvent] = []
+    engine.add_listener(calls.append)
+    for _ in range(3):
+        v = engine.analyze_cycle("job", 1, log)
+        assert v["decision"] == "RESTART"
+        assert v["history"]["same_root_prior_cycles"] == 0
+    engine.drain(5)
+    assert calls == []  # nothing was saved, so nothing is published
+    assert engine.register_cycle("job", 1, str(log)) is None
+
+
+def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, caplog):
+    engine = AttributionEngine(repo, audit_dir=tmp_path / "audit")
+    seen: list[tuple[VerdictEvent, bool]] = []
+
+    def broken(event: VerdictEvent) -> None:
+        event.verdict["decision"] = "HACKED"
+        raise RuntimeError("listener exploded")
+
+    def recorder(event: VerdictEvent) -> None:
+        stored = repo.get_cycle(event.job_id, event.cycle)
+        seen.append((event, stored is not None and stored.verdict == event.verdict))
+
+    engine.add_listener(broken)
+    engine.add_listener(recorder)
+    log = _write(tmp_path, "s.log", syntax_log())
+    with caplog.at_level(logging.ERROR, logger="attribution.engine"):
+        v = engine.analyze_cycle("job", 0, log)
+        assert engine.drain(10)
+    assert v["decision"] == "STOP"
+    assert repo.get_cycle("job", 0).decision == "STOP"
+    assert len(seen) == 1
+    event, was_saved_first = seen[0]
+    assert was_saved_first  # the listener ran after the save, and saw the original verdict
+    assert event.verdict["decision"] == "STOP"
+    assert (event.job_id, event.cycle, event.log_path) == ("job", 0, str(log))
+    assert event.log_identity["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert event.audit_dir == str(tmp_path / "audit")
+    assert event.extra["prior_cycles"] == [] and event.extra["fr_culprit_ranks"] is None
+    assert "listener exploded" in caplog.text
+    engine.close()
+
+
+def test_a_blocked_listener_does_not_delay_the_verdict(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow(event: VerdictEvent) -> None:
+        entered.set()
+        release.wait(30)
+
+    engine.add_listener(slow)
+    log = _write(tmp_path, "i.log", infra_log())
+    v1 = engine.analyze_cycle("job", 0, log)
+    assert entered.wait(10)
+    v2 = engine.analyze_cycle("job", 1, log)  # returns while the listener is still blocked
+    assert not release.is_set()
+    assert (v1["decision"], v2["decision"]) == ("RESTART", "RESTART")
+    assert not engine.drain(0.05)
+    release.set()
+    assert engine.drain(10)
+    engine.close()
+
+
+def test_stored_flight_recorder_ranks_are_used(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    events: list[VerdictEvent] = []
+    engine.add_listener(events.append)
+    repo.save_fr_findings("job", 0, {"culprit_ranks": [2]})
+    engine.analyze_cycle("job", 0, _write(tmp_path, "i.log", infra_log()))
+    engine.drain(10)
+    assert events[0].extra["fr_culprit_ranks"] == [2]
+    assert repo.get_cycle("job", 0).fr_findings == {"culprit_ranks": [2]}
+    engine.close()
+
+
+def test_precomputed_evidence_skips_the_scan(repo, tmp_path):
+    log = _write(tmp_path, "i.log", infra_log())
+    evidence = scan_file(log)
+    engine = AttributionEngine(repo)
+    v = engine.analyze_cycle("job", 0, log, evidence=evidence, log_identity={"sha256": "f" * 64})
+    assert v == AttributionEngine(None).analyze_cycle(None, None, log)
+    assert repo.get_cycle("job", 0).log_identity == {
+        "path": str(log),
+        "size": log.stat().st_size,
+        "sha256": "f" * 64,
+    }
+
+
+def test_register_cycle_then_analyse(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    log = _write(tmp_path, "cycle_3.log", infra_log())
+    rec = engine.register_cycle("job", 3, str(log), node=1)
+    assert rec.status == "registered" and rec.node == "1"
+    engine.analyze_cycle("job", 3, log)
+    got = repo.get_cycle("job", 3)
+    assert got.status == "analysed" and got.node == "1" and got.started_at is not None
+
+
+def test_bad_paths_raise_for_the_caller(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    with pytest.raises(FileNotFoundError):
+        engine.analyze_cycle("job", 0, tmp_path / "missing.log")
+    with pytest.raises(IsADirectoryError):
+        engine.analyze_cycle("job", 0, tmp_path)
+    assert repo.list_jobs() == []  # nothing half-written
