@@ -192,6 +192,12 @@ def test_analyze_llm_prints_the_enrichment_and_never_the_key(
     (req,) = llm_server.requests(model)
     assert req["authorization"] == f"Bearer {KEY}"
     assert KEY not in r.stdout + r.stderr
+    # for people: the enrichment with its citations follows the verdict
+    r = _cli("analyze", str(log), *flags)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("STOP")
+    assert "grounded=yes, contributed=yes" in r.stdout
+    assert f"cite owner: line {line} 'is not divisible by num_attention_heads' [ok]" in r.stdout
     # a failing server: the deterministic verdict is still printed, exit 0, no key
     bad = llm_server.script([{"status": 401, "echo_key": True}])
     flags[flags.index(model)] = bad
