@@ -189,6 +189,7 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _end_cycle(self, outcome: str) -> None:
         """Close the cycle log; a failed cycle's analysis is requested (never awaited)."""
+        self._heartbeats.sync()  # progress reports already sent belong in this log
         with self._state_lock:
             st = self._state
             if st is None or st.ended:
@@ -314,8 +315,9 @@ class RelaunchAgent(LocalElasticAgent):
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
         if st is not None and not st.ended:
+            # wording without signal names: this line is not evidence of a failure
             st.log.event(
-                f"stopping workers: SIGTERM, SIGKILL after {self.settings.workers_stop_timeout:g} s"
+                f"stopping workers (terminate, force after {self.settings.workers_stop_timeout:g} s)"
             )
         self._shutdown(timeout=self._shutdown_timeout)
         self._end_cycle("failed" if st is None or st.failure else "stopped")
@@ -323,13 +325,15 @@ class RelaunchAgent(LocalElasticAgent):
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
         if st is not None:
-            reason = st.failure or "worker group unhealthy"
-            msg = (
-                f"restart: cycle {st.cycle} failed ({reason}); starting cycle {st.cycle + 1} "
-                f"({self._remaining_restarts} of {self.settings.max_restarts} restarts left after this one)"
+            left = f"{self._remaining_restarts} of {self.settings.max_restarts} restarts left after this one"
+            # the log line does not repeat the failure (already logged as evidence above)
+            st.log.event(
+                f"restart: cycle {st.cycle} failed; starting cycle {st.cycle + 1} ({left})"
             )
-            st.log.event(msg)
-            self.say(msg)
+            reason = st.failure or "worker group unhealthy"
+            self.say(
+                f"restart: cycle {st.cycle} failed ({reason}); starting cycle {st.cycle + 1} ({left})"
+            )
         super()._restart_workers(worker_group)
 
     # -- the whole job ------------------------------------------------------------

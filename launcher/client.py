@@ -34,6 +34,7 @@ _sock: socket.socket | None = None
 _said_hello = False
 _bg: threading.Thread | None = None
 _bg_stop = threading.Event()
+_WAIT_S = 1.0  # longest a progress report waits for the launcher
 
 
 def _rank() -> int:
@@ -53,14 +54,17 @@ def _send(kind: str, **fields: Any) -> None:
         try:
             if _sock is None:
                 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                _sock.setblocking(False)
             if not _said_hello:
                 _said_hello = True
+                _sock.settimeout(_WAIT_S)
                 _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
             msg = {"r": _rank(), "c": _cycle(), "k": kind, "t": time.monotonic(), **fields}
+            # progress must not be lost: wait briefly for room in the launcher's queue;
+            # a heartbeat that finds the queue full is dropped (the next one will do)
+            _sock.settimeout(_WAIT_S if kind == "progress" else 0.0)
             _sock.sendto(json.dumps(msg).encode(), path)
         except OSError:
-            pass  # launcher gone or socket buffer full: a lost heartbeat is not an error
+            pass  # launcher gone or queue full: a lost heartbeat is not an error
 
 
 def heartbeat() -> None:

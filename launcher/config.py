@@ -278,6 +278,15 @@ def _aliases() -> dict[str, str]:
     return {str(k): str(v) for k, v in (data.get("aliases") or {}).items()}
 
 
+def _yaml_text(value: Any, opt: Option) -> str:
+    """YAML 1.1 reads `off`/`on` as booleans; give them back their words."""
+    if isinstance(value, bool):
+        if opt.type is _bool:
+            return str(value).lower()
+        return "on" if value else "off"
+    return str(value)
+
+
 def load_yaml(path: str) -> dict[str, Any]:
     """Read `--ft-cfg-path`; returns {dest: converted value}. Raises ConfigError."""
     try:
@@ -308,7 +317,7 @@ def load_yaml(path: str) -> dict[str, Any]:
             out[name] = None
             continue
         try:
-            converted = opt.type(str(value).lower() if isinstance(value, bool) else str(value))
+            converted = opt.type(_yaml_text(value, opt))
         except ValueError as exc:
             raise ConfigError(f"config file {path}: {key}: {value!r}: {exc}") from None
         if opt.choices and converted not in opt.choices:

@@ -184,8 +184,12 @@ class CycleLog:
         with self._lock:
             sources = list(self._sources)
         for src in sources:
+            torch_prefix = f"[rank{src.rank}]: "
             for raw in src.finish() if final else src.read_available():
-                self.sink.write_line(f"[rank {src.rank}]: {_decode(raw)}")
+                text = _decode(raw)
+                if text.startswith(torch_prefix):  # torch's own excepthook prefix: redundant
+                    text = text[len(torch_prefix) :]
+                self.sink.write_line(f"[rank {src.rank}]: {text}")
                 wrote = True
         return wrote
 

@@ -111,6 +111,7 @@ class HeartbeatServer:
         self._monitor: RankMonitor | None = None
         self._on_progress = on_progress
         self._closed = threading.Event()
+        self._synced: dict[str, threading.Event] = {}
         self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
         self._thread.start()
 
@@ -127,9 +128,28 @@ class HeartbeatServer:
                 return
             self._handle(data)
 
+    def sync(self, timeout: float = 1.0) -> bool:
+        """Return once every datagram sent before this call has been handled."""
+        token = os.urandom(8).hex()
+        done = self._synced[token] = threading.Event()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.settimeout(timeout)
+            try:
+                s.sendto(json.dumps({"k": "sync", "token": token}).encode(), self.path)
+            except OSError:
+                return False
+        ok = done.wait(timeout)
+        self._synced.pop(token, None)
+        return ok
+
     def _handle(self, data: bytes) -> None:
         try:
             msg = json.loads(data)
+            if isinstance(msg, dict) and msg.get("k") == "sync":
+                event = self._synced.get(str(msg.get("token")))
+                if event is not None:
+                    event.set()
+                return
             rank = int(msg["r"])
             cycle = int(msg.get("c", -1))
             kind = str(msg["k"])

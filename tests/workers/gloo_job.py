@@ -3,7 +3,7 @@
 ok: a few all_reduce steps, heartbeats and progress, exit 0.
 crash_once: rank 1 SIGKILLs itself mid-run in cycle 0; later cycles succeed.
 hang_once: rank 1 stops heart-beating (sleeps) in cycle 0; later cycles succeed.
-bug: rank 0 hits the same deterministic bug in every cycle, before any progress.
+bug: rank 0 hits the same deterministic bug at step 2 of every cycle (no checkpoint).
 fail_always: rank 1 exits with code 7 in every cycle (no analysis-specific text).
 noisy: rank 0 prints a partial line, a huge line and many lines; exit 0.
 """
@@ -33,9 +33,6 @@ def main() -> int:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     print(f"hello from rank {rank} of {dist.get_world_size()} in cycle {cycle}", flush=True)
-    if a.mode == "bug" and rank == 0:
-        cfg = {"lr": 0.1}
-        print(cfg["warmup_steps"])  # KeyError on every cycle: a workload bug
     if a.mode == "fail_always" and rank == 1:
         sys.exit(7)
     if a.mode == "noisy" and rank == 0:
@@ -46,10 +43,12 @@ def main() -> int:
         sys.stdout.write("H" * (3 << 20) + "\n")
         for i in range(200):
             print(f"noise {i}")
-        sys.stdout.write("no newline at the end")
         sys.stdout.flush()
     t = torch.ones(4)
     for step in range(a.steps):
+        if a.mode == "bug" and rank == 0 and step == 2:
+            cfg = {"lr": 0.1}
+            print(cfg["warmup_steps"])  # KeyError at the same step of every cycle: a workload bug
         with section("step"):
             dist.all_reduce(t)
         heartbeat()
@@ -60,10 +59,16 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.mode == "hang_once":
                 time.sleep(3600)
+        if step == 1 and cycle == 0 and rank == 0 and a.mode == "hang_once":
+            time.sleep(0.5)  # rank 0 goes silent (waiting in the collective) clearly later
+            heartbeat()
     if a.marker and rank == 0:
         with open(a.marker, "a") as fh:
             fh.write(f"done cycle {cycle}\n")
     dist.destroy_process_group()
+    if a.mode == "noisy" and rank == 0:
+        sys.stdout.write("no newline at the end")
+        sys.stdout.flush()
     return 0
 
 

@@ -1,0 +1,71 @@
+"""Shared helpers of the launcher tests: run `relaunch run` as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WORKER = REPO / "tests" / "workers" / "gloo_job.py"
+
+
+def relaunch_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
+    env["RELAUNCH_HOME"] = str(tmp_path / "home")
+    env.pop("TORCHELASTIC_RESTART_COUNT", None)
+    return env
+
+
+def run_relaunch(
+    tmp_path: Path, args: list[str], *, timeout: float = 90, cmd: str = "run"
+) -> subprocess.CompletedProcess[str]:
+    """`python -m relaunch_cli CMD ARGS` with cwd=tmp_path; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "relaunch_cli", cmd, *args],
+        cwd=tmp_path,
+        env=relaunch_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def job_args(tmp_path: Path, job_id: str, *extra: str) -> list[str]:
+    """Common flags: 2 ranks, logs under tmp_path/logs, quick stop timeout, no GPU preflight."""
+    return [
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--job-id",
+        job_id,
+        "--workers-stop-timeout",
+        "3",
+        "--ft-gpu-health",
+        "off",
+        *extra,
+    ]
+
+
+def cycle_logs(tmp_path: Path, job_id: str) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "logs" / job_id).glob("cycle_*.log"))
+
+
+def read_log(tmp_path: Path, job_id: str, cycle: int) -> str:
+    return (tmp_path / "logs" / job_id / f"cycle_{cycle}.log").read_text()
+
+
+def engine_available() -> str | None:
+    """None when the embedded analyzer can run, else why not (for pytest.skip)."""
+    try:
+        import restart_agent
+        from attribution.engine import AttributionEngine  # noqa: F401
+        from storage import open_repository  # noqa: F401
+    except ImportError as exc:
+        return f"embedded attribution not importable yet: {exc}"
+    if not hasattr(restart_agent, "LogScanner") or not hasattr(restart_agent, "decide"):
+        return "restart_agent.LogScanner/decide not landed yet (engineer A)"
+    return None
