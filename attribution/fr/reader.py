@@ -323,18 +323,31 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     desc_of: dict[str, str] = {n: d for n, (d, _) in pg_config.items()}
     last_of: dict[str, dict[str, Any]] = {}
     by_group: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        name, desc = _entry_group(e)
-        pg_id = e.get("pg_id")
-        if name is None:
-            if pg_id is None:
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for e in entries:  # the hot loop: one dict lookup per entry
+        k = e.get("pg_id")
+        if k is None:
+            k = ("name", _entry_group(e)[0])
+        lst = by_key.get(k)
+        if lst is None:
+            lst = by_key[k] = []
+        lst.append(e)
+    for k, lst in by_key.items():
+        name, desc = _entry_group(lst[-1])
+        if isinstance(k, tuple):
+            if name is None:
                 continue
-            name = known.get(str(pg_id), f"pg_id:{pg_id}")
-        if pg_id is not None:
-            known.setdefault(str(pg_id), name)
+        else:
+            name = name if name is not None else f"pg_id:{k}"
+            known.setdefault(str(k), name)
         desc_of.setdefault(name, desc)
-        last_of[name] = e
-        by_group.setdefault(name, []).append(e)
+        last_of[name] = lst[-1]
+        if name in by_group:  # same group under two keys: keep record order
+            merged = by_group[name] + lst
+            merged.sort(key=lambda e: _int(e.get("record_id")) or 0)
+            by_group[name] = merged
+        else:
+            by_group[name] = lst
     mapping = _map_pg_ids(raw_status.keys(), known, pg_config)
 
     groups: dict[str, GroupState] = {}
@@ -353,7 +366,7 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
         groups[name] = gs
     for name in pg_config:
         groups.setdefault(name, GroupState(name=name, desc=desc_of.get(name, "")))
-    complete = bool(entries) and min(_int(e.get("record_id")) or 0 for e in entries) == 0
+    complete = bool(entries) and _int(entries[0].get("record_id")) == 0
     for name, gs in groups.items():
         gs.complete = complete
         ents = by_group.get(name, [])
@@ -378,14 +391,13 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
 
 
 def _derive(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
-    """Fill a group's per-channel frontiers, pending ops and stall point."""
-    items: list[tuple[str, int, dict[str, Any]]] = []
-    for e in ents:
-        is_p2p = _entry_is_p2p(e)
-        seq = _entry_seq(e, is_p2p, unit)
-        if seq is not None:
-            items.append(("op" if unit == "op_id" else "p2p" if is_p2p else "coll", seq, e))
-    if not items:
+    """Fill a group's per-channel frontiers, pending ops and stall point.
+
+    Works from the end of the group's entries: sequence ids grow in record order within a
+    channel, and a group's work completes in order, so only the pending tail and the last
+    entry of each channel are looked at closely.
+    """
+    if not ents:
         if gs.status is not None:
             enq, started, comp = gs.status
             gs.enqueued["?"], gs.completed["?"] = enq, comp
@@ -394,42 +406,57 @@ def _derive(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
             if enq > comp:
                 gs.stalled_at = ("?", comp + 1)
         return
-    last_ch = gs.last_channel = items[-1][0]
-    for ch, seq, _ in items:
-        gs.enqueued[ch] = max(gs.enqueued.get(ch, seq), seq)
-    channels = {ch for ch, _, _ in items}
+    flags = [e.get("is_p2p") for e in ents]
+    if not all(f is True or f is False for f in flags):
+        flags = [_entry_is_p2p(e) for e in ents]
+    chans = ["op"] * len(ents) if unit == "op_id" else ["p2p" if f else "coll" for f in flags]
+
+    def seq(i: int) -> int:
+        v = _entry_seq(ents[i], bool(flags[i]), unit)
+        return -1 if v is None else v
+
+    n = len(ents)
+    channels = set(chans)
+    last_idx: dict[str, int] = {}
+    for i in range(n - 1, -1, -1):
+        last_idx.setdefault(chans[i], i)
+        if len(last_idx) == len(channels):
+            break
+    last_ch = gs.last_channel = chans[-1]
+    for ch, i in last_idx.items():
+        gs.enqueued[ch] = seq(i)
     if gs.status is not None:
         enq, started, comp = gs.status
         gs.enqueued[last_ch] = max(gs.enqueued[last_ch], enq)
         if started is not None:
             gs.started[last_ch] = started
+        boundary = n  # entries [0, boundary) are done
         if len(channels) == 1:
-            done = [seq <= comp for _, seq, _ in items]
+            while boundary > 0 and seq(boundary - 1) > comp:
+                boundary -= 1
         else:
-            pos = max((i for i, (_, seq, _) in enumerate(items) if seq == comp), default=None)
-            if pos is None and all(seq > comp for _, seq, _ in items):
+            pos = next((i for i in range(n - 1, -1, -1) if seq(i) == comp), None)
+            if pos is None and all(seq(i) > comp for i in range(n)):
                 pos = -1
             if pos is None:  # order the other channel around the last channel's frontier
-                first = next(
-                    (i for i, (ch, seq, _) in enumerate(items) if ch == last_ch and seq > comp),
-                    len(items),
-                )
-                done = [i < first for i in range(len(items))]
+                boundary = next((i for i in range(n) if chans[i] == last_ch and seq(i) > comp), n)
             else:
-                done = [i <= pos for i in range(len(items))]
+                boundary = pos + 1
     else:
         gs.status_source = "entries"
-        last_done = max(
-            (i for i, (_, _, e) in enumerate(items) if e.get("state") == "completed"), default=-1
+        boundary = next(
+            (i + 1 for i in range(n - 1, -1, -1) if ents[i].get("state") == "completed"), 0
         )
-        done = [i <= last_done for i in range(len(items))]
     for ch in channels:
-        seqs_done = [seq for (c, seq, _), d in zip(items, done, strict=True) if c == ch and d]
-        seqs_all = [seq for c, seq, _ in items if c == ch]
-        gs.completed[ch] = max(seqs_done) if seqs_done else min(seqs_all) - 1
+        done_i = next((i for i in range(boundary - 1, -1, -1) if chans[i] == ch), None)
+        if done_i is not None:
+            gs.completed[ch] = seq(done_i)
+        else:
+            first = next(i for i in range(n) if chans[i] == ch)
+            gs.completed[ch] = seq(first) - 1
     if gs.status is not None and len(channels) == 1:
         gs.completed[last_ch] = gs.status[2]
-    gs.pending = _merge_ops([it for it, d in zip(items, done, strict=True) if not d])
+    gs.pending = _merge_ops([(chans[i], seq(i), ents[i]) for i in range(boundary, n)])
     if gs.pending:
         gs.stalled_at = (gs.pending[0].channel, gs.pending[0].seq)
     elif gs.status is not None and gs.status[0] > gs.status[2] and len(channels) == 1:
