@@ -51,6 +51,22 @@ def test_grounded_answer_is_recorded_with_tokens_latency_and_citations(
     assert req["body"]["response_format"]["type"] == "json_schema"
     user = req["body"]["messages"][1]["content"]
     assert f"{line}| [rank0]: {PRIMARY_TEXT}" in user
+    # the bounded view: verdict summary with folded cascades, progress and history
+    summary = json.loads(user.split("\n")[1])
+    assert summary["primary"]["line"] == line and summary["rule"] == "restart.workload_first"
+    assert summary["cascades"] == [
+        {
+            "class": "nccl_watchdog_timeout",
+            "role": "cascade",
+            "count": 40,
+            "ranks": "1-3",
+            "first_line": line + 1,
+            "example": "[E ProcessGroupNCCL.cpp:1234] Watchdog caught collective operation timeout",
+        }
+    ]
+    assert summary["progress"]["last_iteration"] == 38
+    assert summary["history"]["same_root_prior_cycles"] == 0
+    assert "1| [rank0]: iteration 1 |" not in user  # 150 lines before the primary: cut at 60
 
 
 def test_invented_line_numbers_are_ungrounded(
