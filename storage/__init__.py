@@ -1,8 +1,9 @@
 """Storage: the database schema and the history repository. Nothing else writes SQL.
 
-- `open_repository(url=None, *, max_cycles_per_job=10_000) -> HistoryRepository`: any
+- `open_repository(url=None, *, max_cycles_per_job=None) -> HistoryRepository`: any
   SQLAlchemy URL; None means `sqlite:///$RELAUNCH_HOME/relaunch.db` (`RELAUNCH_HOME`
-  defaults to `~/.relaunch`). Migrates the database to the Alembic head on open.
+  defaults to `~/.relaunch`). Migrates the database to the Alembic head on open. The
+  per-job bound defaults to `$RELAUNCH_MAX_CYCLES_PER_JOB` or 10,000.
 - `HistoryRepository` (storage.repository), `JobRecord`/`CycleRecord` (storage.records),
   the models (storage.models), `StorageError` for unusable databases (storage.db).
 
@@ -10,6 +11,8 @@ See docs/storage.md.
 """
 
 from __future__ import annotations
+
+import os
 
 from storage.db import StorageError, default_url, make_engine, relaunch_home
 from storage.records import CycleRecord, JobRecord
@@ -26,14 +29,40 @@ __all__ = [
 ]
 
 
+DEFAULT_MAX_CYCLES_PER_JOB = 10_000
+MAX_CYCLES_ENV = "RELAUNCH_MAX_CYCLES_PER_JOB"
+
+
+def max_cycles_from_env() -> int:
+    """`$RELAUNCH_MAX_CYCLES_PER_JOB` (a positive integer), or 10,000."""
+    raw = os.environ.get(MAX_CYCLES_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_CYCLES_PER_JOB
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StorageError(f"{MAX_CYCLES_ENV} must be a positive integer, got {raw!r}")
+    return value
+
+
 def open_repository(
-    url: str | None = None, *, max_cycles_per_job: int = 10_000
+    url: str | None = None, *, max_cycles_per_job: int | None = None
 ) -> HistoryRepository:
-    """Open (and migrate to head) the history database at `url` (None = default SQLite)."""
+    """Open (and migrate to head) the history database at `url` (None = default SQLite).
+
+    `max_cycles_per_job` bounds each job's stored cycles (oldest pruned); None means
+    `$RELAUNCH_MAX_CYCLES_PER_JOB` or 10,000.
+    """
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     from storage.migrate import upgrade_to_head
 
+    if max_cycles_per_job is None:
+        max_cycles_per_job = max_cycles_from_env()
+    if isinstance(max_cycles_per_job, bool) or max_cycles_per_job < 1:
+        raise ValueError("max_cycles_per_job must be at least 1")
     engine = make_engine(url)
     try:
         upgrade_to_head(engine)

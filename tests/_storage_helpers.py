@@ -123,7 +123,7 @@ def infra_log(last_iteration: int = 100, ranks: int = 4, failing_rank: int = 2) 
             lines.append(
                 f"[rank{r}]: [E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective "
                 f"operation timeout: WorkNCCL(SeqNum=4{r}1, OpType=ALLREDUCE, NumelIn=1, "
-                "NumelOut=1, Timeout(ms)=600000) ran for 600{r}45 milliseconds before timing out."
+                f"NumelOut=1, Timeout(ms)=600000) ran for 600{r}45 milliseconds before timing out."
             )
     lines.append("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
     return "\n".join(lines) + "\n"

@@ -257,3 +257,58 @@ def test_bad_input_loses_no_history(tmp_path):
     assert analyze(log, "--db", db, "--job-id", "j", "--cycle", "-5").returncode == 2
     v = analyze_json(log, "--db", db, "--job-id", "j")
     assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1
+
+
+def test_history_bound_from_environment(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "i.log", infra_log())
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RELAUNCH_MAX_CYCLES_PER_JOB": "2"}
+    for c in range(4):
+        p = subprocess.run(
+            [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db]
+            + ["--job-id", "b", "--cycle", str(c), "--format", "json"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stderr
+    con = sqlite3.connect(tmp_path / "relaunch.db")
+    assert con.execute("SELECT cycle FROM cycles ORDER BY cycle").fetchall() == [(2,), (3,)]
+    con.close()
+
+
+@pytest.mark.slow
+def test_concurrent_invocations_on_one_database(tmp_path):
+    db = sqlite_url(tmp_path)
+    log = write(tmp_path, "i.log", infra_log())
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    base = [
+        sys.executable,
+        "-m",
+        "relaunch_cli",
+        "analyze",
+        str(log),
+        "--db",
+        db,
+        "--format",
+        "json",
+    ]
+    # three processes analyse the same (job, cycle) at once, three others a cycle each
+    cmds = [base + ["--job-id", "same", "--cycle", "0"] for _ in range(3)]
+    cmds += [base + ["--job-id", "each", "--cycle", str(c)] for c in range(3)]
+    procs = [
+        subprocess.Popen(c, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for c in cmds
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+        assert json.loads(out)["decision"] == "RESTART"
+    con = sqlite3.connect(tmp_path / "relaunch.db")
+    rows = con.execute(
+        "SELECT j.job_id, c.cycle FROM cycles c JOIN jobs j ON j.id = c.job_pk ORDER BY 1, 2"
+    ).fetchall()
+    assert rows == [("each", 0), ("each", 1), ("each", 2), ("same", 0)]
+    con.close()

@@ -268,3 +268,27 @@ def test_search_and_history_queries_use_the_indexes(tmp_path):
         "SELECT * FROM cycles WHERE job_pk = 1 AND cycle < 10 ORDER BY cycle DESC"
     )
     con.close()
+
+
+def test_bound_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAUNCH_MAX_CYCLES_PER_JOB", "2")
+    repo = open_repository(sqlite_url(tmp_path))
+    assert repo.max_cycles_per_job == 2
+    for c in range(4):
+        repo.save_verdict("j", c, verdict())
+    assert [c.cycle for c in repo.list_cycles("j")] == [2, 3]
+    repo.close()
+    # an explicit argument wins over the environment
+    assert open_repository(sqlite_url(tmp_path), max_cycles_per_job=5).max_cycles_per_job == 5
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "lots"])
+def test_bad_bound_from_environment(tmp_path, monkeypatch, raw):
+    monkeypatch.setenv("RELAUNCH_MAX_CYCLES_PER_JOB", raw)
+    with pytest.raises(StorageError, match="RELAUNCH_MAX_CYCLES_PER_JOB must be a positive"):
+        open_repository(sqlite_url(tmp_path))
+
+
+def test_bad_bound_argument(tmp_path):
+    with pytest.raises(ValueError, match="at least 1"):
+        open_repository(sqlite_url(tmp_path), max_cycles_per_job=0)
