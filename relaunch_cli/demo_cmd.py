@@ -10,6 +10,7 @@ Exit 0 when the job was stopped by a STOP verdict after at least one RESTART (th
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import sys
 import time
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     print(f"relaunch demo: job {job_id}: 2 ranks, gloo on CPU, work dir {work}", flush=True)
+    # elastic's own warnings (closing signals, per-failure errors) only repeat what the
+    # launcher's lines say; the demo keeps its output to the story
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     captured: dict[str, RelaunchAgent] = {}
     original_init = RelaunchAgent.__init__
 
