@@ -133,19 +133,31 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
         (
             make_verdict("RESTART", "workload_first_seen", evil, iteration=250),
             None,
-            {
-                "explanation": {
-                    "text": f"The tokenizer rejected an input. {XSS}",
-                    "citations": [{"line": 57, "quote": "ValueError: bad token"}],
-                },
-                "owner": {"value": "workload", "citations": []},
-                "recovery_outlook": {
-                    "value": "uncertain",
-                    "text": "Depends on data.",
-                    "citations": [],
-                },
-                "deterministic_workload_bug": False,
+            {  # the verdict's `llm` object as restart_agent.llm writes it
+                "status": "ok",
                 "model": "test-model",
+                "latency_ms": 412.0,
+                "grounded": True,
+                "contributed": False,
+                "not_used_because": "the model sees a data problem, not a code bug",
+                "explanation": f"The tokenizer rejected an input. {XSS}",
+                "owner": "workload",
+                "recovery_outlook": "uncertain",
+                "recovery_text": "Depends on data.",
+                "deterministic_workload_bug": False,
+                "citations": {
+                    "explanation": [
+                        {"line": 57, "quote": "ValueError: bad token", "grounded": True}
+                    ],
+                    "owner": [
+                        {
+                            "line": 9,
+                            "quote": "made up",
+                            "grounded": False,
+                            "reason": "quote is not in that line",
+                        }
+                    ],
+                },
             },
         ),
         (

@@ -83,8 +83,11 @@ def test_cycle_page_llm_explanation_and_xss_is_escaped(site: dict[str, Any]) -> 
     r = http_get(site["url"] + "/jobs/train-llama/cycles/2")
     html = r.text
     assert "The tokenizer rejected an input." in html
-    assert "line 57: <code>ValueError: bad token</code>" in html
-    assert "outlook: uncertain" in html and "test-model" in html
+    assert "explanation: line 57: <code>ValueError: bad token</code>" in html
+    meta = text_of(html[html.index('id="llm-meta"') :].split("</p>")[0])
+    assert "owner: workload" in meta and "outlook: uncertain" in meta and "test-model" in meta
+    assert "did not change the verdict: the model sees a data problem" in meta
+    assert "ungrounded (quote is not in that line)" in html
     # The log line and the LLM text carry a script and an onerror handler: both escaped.
     assert XSS not in html and "<script>window" not in html and 'onerror="' not in html
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests._service_helpers import running_service
-from tests._web_helpers import JOB, XSS, analyze, write_job_logs
+from tests._service_helpers import cli_env, running_service
+from tests._web_helpers import JOB, REPO_ROOT, XSS, analyze, write_job_logs
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +29,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     logs = write_job_logs(tmp / "logs")
     verdicts = [analyze(db_url, log, n) for n, log in enumerate(logs)]
     with running_service(tmp, db_url=db_url, root=tmp / "logs") as svc:
-        yield {"svc": svc, "verdicts": verdicts, "logs": logs}
+        yield {"svc": svc, "verdicts": verdicts, "logs": logs, "db_url": db_url}
 
 
 def page(svc: Any, path: str) -> str:
@@ -95,3 +97,29 @@ def test_service_api_and_dashboard_agree(analysed: dict[str, Any]) -> None:
     decision = body.get("record", body).get("decision") or body.get("verdict", {}).get("decision")
     assert decision == "STOP"
     assert json.dumps(api).count("STOP") >= 1
+
+
+def test_llm_explanation_from_a_real_enrichment_is_shown(analysed: dict[str, Any]) -> None:
+    from tests._llm_helpers import answer
+    from tests._llm_server import LLMServer
+
+    llm = LLMServer().start()
+    try:
+        model = llm.script([{"status": 200, "content": answer(4, quote="SyntaxError: unmatched")}])
+        argv = [sys.executable, "-m", "relaunch_cli", "analyze", str(analysed["logs"][2])]
+        argv += ["--db", analysed["db_url"], "--job-id", "llm-job", "--cycle", "0", "--llm"]
+        argv += ["--ft-llm-base-url", llm.base_url, "--ft-llm-model", model, "--format", "json"]
+        r = subprocess.run(
+            argv, env=cli_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        llm.stop()
+    assert r.returncode == 0, r.stderr
+    verdict = json.loads(r.stdout)
+    assert verdict["llm"]["status"] == "ok"
+    html = page(analysed["svc"], "/jobs/llm-job/cycles/0")
+    assert f'id="llm-text">{verdict["llm"]["explanation"]}<' in html
+    meta = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html[html.index('id="llm-meta"') :]))
+    assert "owner: workload" in meta and "outlook: will_not_recover" in meta
+    assert "grounded" in meta and model in meta
+    assert "explanation: line 4: <code>SyntaxError: unmatched</code>" in html

@@ -190,29 +190,52 @@ def progress_plot(rows: Sequence[Mapping[str, Any]], width: int = 640, height: i
 
 
 def llm_view(llm: Any) -> dict[str, Any] | None:
-    """The LLM explanation of a cycle, when an enrichment was stored."""
+    """The LLM explanation of a cycle, when an enrichment was stored.
+
+    Reads the verdict's `llm` object as `restart_agent.llm` writes it (`explanation`,
+    `owner`, `recovery_outlook`, `recovery_text` as strings, `citations` per claim) and,
+    for older or foreign records, the model's raw answer shape (`{"explanation": {"text",
+    "citations"}, ...}`).
+    """
     if not isinstance(llm, Mapping) or not llm:
         return None
-    src: Mapping[str, Any] = llm
-    for key in ("enrichment", "answer", "result"):
-        inner = llm.get(key)
-        if isinstance(inner, Mapping) and "explanation" in inner:
-            src = inner
-            break
-    expl = src.get("explanation")
-    text = expl.get("text") if isinstance(expl, Mapping) else expl
-    citations = expl.get("citations") if isinstance(expl, Mapping) else None
-    outlook = src.get("recovery_outlook")
-    owner = src.get("owner")
+    expl = llm.get("explanation")
+    owner = llm.get("owner")
+    outlook = llm.get("recovery_outlook")
+    outlook_text = llm.get("recovery_text")
+    citations: list[dict[str, Any]] = []
+    raw_cites = llm.get("citations")
+    if isinstance(raw_cites, Mapping):  # {claim: [{line, quote, grounded, reason}]}
+        for claim, cites in raw_cites.items():
+            for c in cites or []:
+                if isinstance(c, Mapping):
+                    citations.append({"claim": str(claim), **c})
+    if isinstance(expl, Mapping):  # the model's answer shape
+        citations += [
+            {"claim": "explanation", **c}
+            for c in expl.get("citations") or []
+            if isinstance(c, Mapping)
+        ]
+        expl = expl.get("text")
+    if isinstance(owner, Mapping):
+        owner = owner.get("value")
+    if isinstance(outlook, Mapping):
+        outlook_text = outlook_text or outlook.get("text")
+        outlook = outlook.get("value")
     return {
-        "text": str(text) if text else None,
-        "citations": [c for c in citations or [] if isinstance(c, Mapping)],
-        "owner": owner.get("value") if isinstance(owner, Mapping) else owner,
-        "outlook": outlook.get("value") if isinstance(outlook, Mapping) else outlook,
-        "outlook_text": outlook.get("text") if isinstance(outlook, Mapping) else None,
+        "text": str(expl) if expl else None,
+        "citations": citations,
+        "owner": owner,
+        "outlook": outlook,
+        "outlook_text": outlook_text,
         "model": llm.get("model"),
+        "status": llm.get("status"),
+        "grounded": llm.get("grounded"),
+        "contributed": bool(llm.get("contributed")),
+        "how": llm.get("how"),
+        "not_used_because": llm.get("not_used_because"),
+        "latency_ms": llm.get("latency_ms"),
         "error": llm.get("error"),
-        "contributed": llm.get("contributed"),
         "raw": pretty_json(llm),
     }
 
