@@ -123,3 +123,20 @@ def test_llm_explanation_from_a_real_enrichment_is_shown(analysed: dict[str, Any
     assert "owner: workload" in meta and "outlook: will_not_recover" in meta
     assert "grounded" in meta and model in meta
     assert "explanation: line 4: <code>SyntaxError: unmatched</code>" in html
+
+
+def test_fr_dumps_uploaded_to_the_service_show_on_the_cycle_page(analysed: dict[str, Any]) -> None:
+    from tests._fr_helpers import stalled_allreduce_job, write_dumps
+
+    svc = analysed["svc"]
+    dumps = write_dumps(stalled_allreduce_job(4, culprits=[1]), analysed["logs"][0].parent / "fr")
+    files = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in dumps]
+    with svc.client(timeout=60) as c:
+        r = c.post("/v1/jobs/fr-job/cycles/0/fr", files=files)
+    assert r.status_code == 200, r.text
+    assert r.json()["findings"]["culprit_ranks"] == [1]
+    html = page(svc, "/jobs/fr-job/cycles/0")
+    assert 'id="culprit-ranks">1<' in html
+    groups = html[html.index('id="fr-groups"') :].split("</table>")[0]
+    assert "default_pg" in groups and "stalled" in groups and "all_reduce seq 5" in groups
+    assert "rank 1: default_pg: never reached" in html

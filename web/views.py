@@ -241,11 +241,47 @@ def llm_view(llm: Any) -> dict[str, Any] | None:
 
 
 def fr_view(findings: Any) -> dict[str, Any] | None:
+    """Flight Recorder findings (`attribution.fr.analyze_paths` result): culprits and groups."""
     if not isinstance(findings, Mapping) or not findings:
         return None
+    groups = []
+    for g in findings.get("groups") or []:
+        if not isinstance(g, Mapping):
+            continue
+        op = g.get("stalled_op") if isinstance(g.get("stalled_op"), Mapping) else {}
+        groups.append(
+            {
+                "id": g.get("id"),
+                "description": g.get("description"),
+                "state": g.get("state"),
+                "op": " ".join(
+                    str(x)
+                    for x in (op.get("type"), op.get("seq_id") and f"seq {op.get('seq_id')}")
+                    if x
+                ),
+                "ranks": len(g.get("ranks") or []),
+                "culprits": list(g.get("culprit_ranks") or []),
+                "waiting": list(g.get("waiting_ranks") or []),
+                "missing": list(g.get("missing_ranks") or []),
+            }
+        )
+    culprits = []
+    for c in findings.get("culprits") or []:
+        if isinstance(c, Mapping):
+            how = "; ".join(
+                f"{x.get('description') or x.get('group')}: {x.get('how')}"
+                for x in c.get("groups") or []
+                if isinstance(x, Mapping)
+            )
+            culprits.append({"rank": c.get("rank"), "dump": c.get("dump"), "how": how})
     return {
         "culprit_ranks": list(findings.get("culprit_ranks") or []),
         "summary": findings.get("summary") or findings.get("basis"),
+        "world_size": findings.get("world_size"),
+        "ranks_read": findings.get("ranks_read"),
+        "missing_ranks": list(findings.get("missing_ranks") or []),
+        "groups": groups,
+        "culprits": culprits,
         "raw": pretty_json(findings),
     }
 
