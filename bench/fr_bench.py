@@ -3,7 +3,8 @@
 Generates (untimed) one pickled dump per rank into a temporary directory, shaped like
 ProcessGroupNCCL's: tensor-parallel groups of 8, pipeline pairs, data-parallel groups and
 the world group; a ring buffer of the last 2,000 entries; two ranks that never reach their
-last tensor-parallel collective while everyone else waits in it. Then, per world size, it
+last tensor-parallel collective: their TP peers wait in it, and every other rank waits in a
+world all-reduce that those 16 ranks never reach (thousands of waiters in one group). Then, per world size, it
 times in this one process:
 
 - baseline: `pickle.load` of every file (the floor for any Python reader of these files);
@@ -75,7 +76,8 @@ def program(rank: int, world: int, groups: list[Group], calls: int) -> list[Call
         Call(tp.name, "broadcast", [[1, 8192]], "Long"),
     ]
     prog = (step * (calls // len(step) + 1))[:calls]
-    prog[-1] = Call(tp.name, "_reduce_scatter_base", [[8192, 1, 5120]], "BFloat16")
+    prog[-2] = Call(tp.name, "_reduce_scatter_base", [[8192, 1, 5120]], "BFloat16")
+    prog[-1] = Call("0", "all_reduce", [[1]], "Float")
     return prog
 
 
@@ -83,10 +85,16 @@ def _write(args: tuple[int, int, int, list[int], str]) -> None:
     world, entries, lo, culprits, out = args
     groups = layout(world)
     calls = entries + entries // 20  # the ring buffer has wrapped: oldest entries evicted
+    tp_peers = {q for c in culprits for q in range(c - c % TP, c - c % TP + TP)} - set(culprits)
     for r in range(lo, min(lo + 64, world)):
         prog = program(r, world, groups, calls)
-        reached = calls - 1 if r in culprits else calls
-        d = rank_dump(r, groups, prog, reached, calls - 1, buffer=entries)
+        if r in culprits:  # never reaches its tensor-parallel reduce-scatter
+            reached, completed = calls - 2, calls - 2
+        elif r in tp_peers:  # waits in that reduce-scatter
+            reached, completed = calls - 1, calls - 2
+        else:  # moved on: waits in the world all-reduce
+            reached, completed = calls, calls - 1
+        d = rank_dump(r, groups, prog, reached, completed, buffer=entries)
         with open(os.path.join(out, f"_dump_{r}"), "wb") as fh:
             pickle.dump(d, fh, protocol=2)
 

@@ -217,42 +217,84 @@ def _analyze_group(
     missing = [r for r in members if r in nodata]
     waiters: dict[int, tuple[int, Op | None, list[int], str]] = {}
     stuck_alone: dict[int, tuple[int, Op | None]] = {}
+    # Waiters at the same (channel, seq) of a collective share their answers: compute each
+    # once, so a world group where thousands of ranks wait stays linear in ranks.
+    member_set = set(members)
+    behind_cache: dict[tuple[str, int], list[int]] = {}
+    unstarted_cache: dict[tuple[str, int], list[int]] = {}
+    done_cache: dict[tuple[str, int], int] = {}
+
+    def behind(ch: str, w: int) -> list[int]:
+        if (ch, w) not in behind_cache:
+            out = []
+            for q in members:
+                if q in nodata:
+                    out.append(q)
+                elif q in known:
+                    e_q = _frontier(known[q], known[q].enqueued, ch)
+                    if e_q is not None and e_q < w:
+                        out.append(q)
+            behind_cache[(ch, w)] = out
+        return behind_cache[(ch, w)]
+
+    def unstarted(ch: str, w: int) -> list[int]:
+        if (ch, w) not in unstarted_cache:
+            out = []
+            for q, qs in known.items():
+                s_q = _frontier(qs, qs.started, ch)
+                if s_q is not None and s_q < w:
+                    out.append(q)
+            unstarted_cache[(ch, w)] = sorted(out)
+        return unstarted_cache[(ch, w)]
+
+    def completed_count(ch: str, w: int) -> int:
+        if (ch, w) not in done_cache:
+            done_cache[(ch, w)] = sum(
+                1
+                for qs in known.values()
+                if (c := _frontier(qs, qs.completed, ch)) is not None and c >= w
+            )
+        return done_cache[(ch, w)]
+
     for r, gs in known.items():
         if gs.stalled_at is None:
             continue
         ch, w = gs.stalled_at
         op = _op_at(gs, gs.stalled_at)
-        peers = _peers(op, r, members)
-        candidates = peers or (set(members) - {r})
-        targets: list[int] = []
+        peers = _peers(op, r, members) & member_set
         how = "never reached"
-        for q in sorted(candidates):
-            if q in nodata:
-                targets.append(q)
-                continue
-            qs = known.get(q)
-            if qs is None:
-                continue
-            e_q = _frontier(qs, qs.enqueued, ch)
-            if e_q is None or e_q >= w:
-                continue
-            if not (peers and _has_p2p_towards(qs, r, members)):
-                targets.append(q)
+        if peers:
+            targets = []
+            for q in sorted(peers):
+                qs = known.get(q)
+                if q in nodata:
+                    targets.append(q)
+                elif qs is not None:
+                    e_q = _frontier(qs, qs.enqueued, ch)
+                    if e_q is not None and e_q < w and not _has_p2p_towards(qs, r, members):
+                        targets.append(q)
+        else:
+            targets = [q for q in behind(ch, w) if q != r]
         if not targets:
             # Everyone reached it: with start times, those that never started it lag.
             s_r = _frontier(gs, gs.started, ch)
             if s_r is not None and s_r >= w:
-                for q in sorted(candidates):
-                    qs = known.get(q)
-                    s_q = _frontier(qs, qs.started, ch) if qs else None
-                    if s_q is not None and s_q < w:
-                        targets.append(q)
+                lag = unstarted(ch, w)
+                targets = [q for q in lag if q != r and (not peers or q in peers)]
                 how = "never started"
         if targets:
             waiters[r] = (w, op, targets, how)
             continue
-        others = [_frontier(known[q], known[q].completed, ch) for q in candidates if q in known]
-        if others and all(c is not None and c >= w for c in others):
+        if peers:
+            others = [known[q] for q in peers if q in known]
+            alone = bool(others) and all(
+                (c := _frontier(o, o.completed, ch)) is not None and c >= w for o in others
+            )
+        else:
+            mine = _frontier(gs, gs.completed, ch)
+            n_done = completed_count(ch, w) - (1 if mine is not None and mine >= w else 0)
+            alone = len(known) > 1 and n_done == len(known) - 1
+        if alone:
             stuck_alone[r] = (w, op)
         else:
             waiters[r] = (w, op, [], "in flight")
