@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  cycle logs      {job_dir}/cycle_<N>.log")
     print(f"  database        {settings.db_url()}")
     print(f"  audit files     {work / 'audit'} ({len(audits)} files)")
-    print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8000/")
+    print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8570/")
     decisions = [verdicts[c].decision for c in sorted(verdicts)]
     ok = code == EXIT_STOPPED and "RESTART" in decisions and decisions[-1:] == ["STOP"]
     if not ok:

@@ -1,0 +1,105 @@
+"""`relaunch run` against a real `relaunch serve` (NVRx-compatible /logs) over TCP and a Unix socket."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._launcher_helpers import (
+    REPO,
+    WORKER,
+    cycle_logs,
+    engine_available,
+    job_args,
+    relaunch_env,
+    run_relaunch,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(params=["http", "unix"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    why = engine_available()
+    if why:
+        pytest.skip(why)
+    (tmp_path / "logs").mkdir()
+    args = [
+        sys.executable,
+        "-m",
+        "relaunch_cli",
+        "serve",
+        "--db",
+        f"sqlite:///{tmp_path / 'service.db'}",
+        "--allowed-root",
+        str(tmp_path / "logs"),
+    ]
+    if request.param == "http":
+        port = _free_port()
+        args += ["--port", str(port)]
+        endpoint = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=endpoint, timeout=2)
+    else:
+        sock = tmp_path / "svc.sock"
+        args += ["--uds", str(sock)]
+        endpoint = f"unix://{sock}"
+        client = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://svc", timeout=2
+        )
+    proc = subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=relaunch_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if client.get("/healthz").status_code in (200, 503):
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"relaunch serve did not come up: {proc.stdout.read() if proc.stdout else ''}"
+                )
+            time.sleep(0.2)
+        yield endpoint
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_bug_stopped_by_service_verdict(tmp_path: Path, service: str) -> None:
+    r = run_relaunch(
+        tmp_path,
+        job_args(tmp_path, "svc", "--max-restarts", "4", "--ft-attribution-endpoint", service)
+        + [str(WORKER), "--mode", "bug"],
+    )
+    assert r.returncode == 3, r.stderr
+    decisions = re.findall(r"relaunch: verdict cycle=(\d+) decision=(\w+)", r.stderr)
+    assert decisions[:2] == [("0", "RESTART"), ("1", "STOP")], r.stderr
+    assert "source=http:" in r.stderr
+    assert len(cycle_logs(tmp_path, "svc")) <= 3

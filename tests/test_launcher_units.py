@@ -1,0 +1,332 @@
+"""Launcher parts on their own: cycle log writer, heartbeat server and client, config, attribution client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from launcher import config
+from launcher.attribution_client import EmbeddedClient, HttpClient, OffClient, VerdictInfo
+from launcher.cycle_log import MAX_LINE_BYTES, CycleLog, FileSink, LineSink, cycle_log_name
+from launcher.heartbeat import HeartbeatServer, RankMonitor
+from tests._launcher_helpers import REPO, engine_available, run_relaunch
+
+# -- cycle log ------------------------------------------------------------------------
+
+
+class ListSink:
+    """A LineSink that keeps lines in memory (the protocol is the contract under test)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.closed = False
+
+    def write_line(self, line: str) -> None:
+        assert not self.closed
+        self.lines.append(line)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_sink_protocol_and_names(tmp_path: Path) -> None:
+    assert isinstance(ListSink(), LineSink)
+    assert isinstance(FileSink(tmp_path / "x.log"), LineSink)
+    assert cycle_log_name(3, None) == "cycle_3.log"
+    assert cycle_log_name(3, 1) == "cycle_3.node1.log"
+
+
+def test_cycle_log_whole_lines_from_concurrent_writers(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    sink = ListSink()
+    log = CycleLog(sink)
+    log.add_ranks({0: 4, 1: 5}, str(spool))
+
+    def writer(local: int) -> None:
+        with open(spool / f"{local}.out", "wb", buffering=0) as fh:
+            for i in range(300):
+                line = f"local {local} line {i} " + "x" * (i % 50) + "\n"
+                # write each line in two pieces: the reader must never cut at the seam
+                fh.write(line[:7].encode())
+                fh.write(line[7:].encode())
+            fh.write(b"tail without newline")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for i in range(20):
+        log.event(f"event {i}")
+    for t in threads:
+        t.join()
+    (spool / "0.err").write_bytes(b"\xff\xfe bad utf8\n[rank4]: torch prefixed line\n")
+    (spool / "1.err").write_bytes(b"H" * (2 * MAX_LINE_BYTES + 5) + b"\n")
+    log.close()
+    assert sink.closed
+    assert not spool.exists()  # the spool is removed once merged
+    for rank, local in ((4, 0), (5, 1)):
+        got = [ln for ln in sink.lines if ln.startswith(f"[rank {rank}]: local")]
+        want = [f"[rank {rank}]: local {local} line {i} " + "x" * (i % 50) for i in range(300)]
+        assert got == want
+        assert f"[rank {rank}]: tail without newline" in sink.lines
+    assert [ln for ln in sink.lines if ln.startswith("[relaunch] event")] == [
+        f"[relaunch] event {i}" for i in range(20)
+    ]
+    assert "[rank 4]: \ufffd\ufffd bad utf8" in sink.lines
+    assert "[rank 4]: torch prefixed line" in sink.lines
+    huge = [ln for ln in sink.lines if ln.startswith("[rank 5]: HHH")]
+    assert [len(ln) - len("[rank 5]: ") for ln in huge] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 5]
+
+
+def test_cycle_log_event_waits_and_multiline(tmp_path: Path) -> None:
+    sink = FileSink(tmp_path / "c.log")
+    log = CycleLog(sink)
+    log.event("first\nsecond", wait=True)
+    assert (tmp_path / "c.log").read_text() == "[relaunch] first\n[relaunch] second\n"
+    log.close()
+    log.close()  # idempotent
+
+
+# -- heartbeats -----------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rank_monitor_timeouts() -> None:
+    clock = Clock()
+    mon = RankMonitor(cycle=0, heartbeat_timeout=5, initial_timeout=20, clock=clock)
+    mon.observe(0, "hello")
+    mon.observe(1, "hello")
+    clock.now += 10
+    assert mon.find_hang() is None  # within the initial timeout
+    mon.observe(0, "hb")
+    mon.observe(1, "sec_start", "step")
+    clock.now += 4
+    mon.observe(0, "hb")
+    clock.now += 2
+    hang = mon.find_hang()
+    assert hang is not None and hang.rank == 1 and hang.section == "step" and not hang.initial
+    assert hang.silent_for == pytest.approx(6)
+    assert hang.others == []
+    clock.now += 20
+    hang = mon.find_hang()
+    assert hang is not None and hang.rank == 1 and hang.others == [0]
+    fresh = RankMonitor(cycle=0, heartbeat_timeout=5, initial_timeout=20, clock=clock)
+    fresh.observe(2, "hello")
+    clock.now += 21
+    h = fresh.find_hang()
+    assert h is not None and h.rank == 2 and h.initial
+    off = RankMonitor(cycle=0, heartbeat_timeout=None, initial_timeout=None, clock=clock)
+    off.observe(0, "hb")
+    clock.now += 1e6
+    assert off.find_hang() is None
+
+
+def test_heartbeat_server_with_real_client_process(tmp_path: Path) -> None:
+    progress: list[tuple[int, int, dict]] = []
+    server = HeartbeatServer(on_progress=lambda c, r, m: progress.append((c, r, m)))
+    try:
+        mon = RankMonitor(cycle=2, heartbeat_timeout=60, initial_timeout=60)
+        server.start_cycle(mon)
+        code = (
+            "from launcher.client import heartbeat, section, report_progress\n"
+            "heartbeat()\n"
+            "with section('step'):\n"
+            "    pass\n"
+            "report_progress(iteration=7, checkpoint='/ck/7')\n"
+        )
+        env = dict(os.environ, PYTHONPATH=str(REPO), RELAUNCH_FT_SOCKET=server.path)
+        for rank, cycle in ((3, "2"), (4, "1")):  # rank 4 is a straggler of cycle 1
+            env.update(RANK=str(rank), RELAUNCH_CYCLE=cycle)
+            subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=30)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"not json", server.path)
+            s.sendto(json.dumps({"r": "x"}).encode(), server.path)
+        assert server.sync(timeout=5)
+        assert progress == [(2, 3, progress[0][2])]
+        assert progress[0][2]["i"] == 7 and progress[0][2]["ckpt"] == "/ck/7"
+        assert set(mon._ranks) == {3}
+    finally:
+        server.close()
+    assert not os.path.exists(server.path)
+
+
+def test_client_without_launcher_is_a_no_op() -> None:
+    code = (
+        "from launcher.client import heartbeat, section, report_progress, start_heartbeat\n"
+        "start_heartbeat(0.01); heartbeat(); report_progress(iteration=1)\n"
+        "with section('s'): pass\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RELAUNCH_FT_SOCKET"}
+    env["PYTHONPATH"] = str(REPO)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    env["RELAUNCH_FT_SOCKET"] = "/nonexistent/dir/ft.sock"  # launcher gone: still no error
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+
+
+# -- config ---------------------------------------------------------------------------
+
+
+def test_resolve_precedence_default_yaml_cli(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "max-restarts: 7\nft_heartbeat_timeout: 12\nft_attribution_endpoint: off\n"
+        "fault_tolerance:\n  initial_rank_heartbeat_timeout: 99\n  gpu_health: off\n"
+    )
+    s = config.resolve({"max_restarts": 2, "script": "x.py"}, str(cfg))
+    assert s.max_restarts == 2 and s.sources["max_restarts"] == "cli"
+    assert s.ft_heartbeat_timeout == 12.0 and s.sources["ft_heartbeat_timeout"] == "yaml"
+    assert s.ft_initial_heartbeat_timeout == 99.0
+    assert s.ft_attribution_endpoint == "off" and s.ft_gpu_health == "off"
+    assert s.workers_stop_timeout == 15.0 and s.sources["workers_stop_timeout"] == "default"
+    assert s.ft_attribution_stop_action == "no-restart"
+    assert s.job_id.startswith("job-") and s.rdzv_id == s.job_id
+    assert s.rdzv_endpoint == "127.0.0.1:0"
+
+
+def test_db_url_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RELAUNCH_HOME", raising=False)
+    s = config.resolve({"log_dir": str(tmp_path / "logs"), "job_id": "j"})
+    assert s.db_url() == f"sqlite:///{tmp_path / 'logs' / 'relaunch.db'}"
+    monkeypatch.setenv("RELAUNCH_HOME", str(tmp_path / "home"))
+    assert s.db_url() == f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}"
+    assert s.audit_dir() == str(tmp_path / "logs" / "audit")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "expected a mapping"),
+        ("bogus_option: 1\n", "unknown option 'bogus_option'"),
+        ("max_restarts: -1\n", "max_restarts: -1: must be >= 0"),
+        ("ft_attribution_endpoint: ftp://x\n", "must be embedded, off"),
+        ("ft_attribution_stop_action: maybe\n", "is not one of"),
+        ("max_restarts: [1\n", "is not valid YAML"),
+    ],
+)
+def test_bad_yaml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(config.ConfigError, match=None) as exc:
+        config.resolve({}, str(cfg))
+    assert message in str(exc.value)
+
+
+def test_multi_node_needs_endpoint() -> None:
+    with pytest.raises(config.ConfigError, match="--rdzv-endpoint"):
+        config.resolve({"nnodes": "1:2"})
+    s = config.resolve({"nnodes": "1:2", "rdzv_endpoint": "127.0.0.1:29999"})
+    assert (s.min_nodes, s.max_nodes) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py"], "relaunch run: error: training script not found: missing.py"),
+        (
+            ["--ft-cfg-path", "nope.yaml", "x.py"],
+            "relaunch run: error: config file not found: nope.yaml",
+        ),
+        (["--job-id", "a/b", "x.py"], "relaunch run: error: --job-id 'a/b': must not contain '/'"),
+    ],
+)
+def test_cli_bad_input_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "x.py").write_text("print('never run')\n")
+    r = run_relaunch(tmp_path, args, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [message]
+    assert not (tmp_path / "relaunch-logs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--nnodes", "3:1", "must satisfy 0 < MIN <= MAX"),
+        ("--ft-attribution-endpoint", "tcp://x", "must be embedded, off"),
+        ("--max-restarts", "-2", "must be >= 0"),
+        ("--ft-attribution-stop-action", "halt", "invalid choice"),
+    ],
+)
+def test_cli_bad_flag_values(tmp_path: Path, flag: str, value: str, fragment: str) -> None:
+    r = run_relaunch(tmp_path, [flag, value, "x.py"], timeout=60)
+    assert r.returncode == 2
+    assert fragment in r.stderr and "Traceback" not in r.stderr
+
+
+# -- attribution client ---------------------------------------------------------------
+
+
+def _collect() -> tuple[list[VerdictInfo], list[str], threading.Event]:
+    got: list[VerdictInfo] = []
+    warnings: list[str] = []
+    return got, warnings, threading.Event()
+
+
+def test_http_client_unreachable_gives_fallback_restart() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got, warnings, _ = _collect()
+    c = HttpClient(got.append, warnings.append, endpoint=f"http://127.0.0.1:{port}")
+    c.register("j", 0, "/tmp/x.log", None)
+    c.request_analysis("j", 0, "/tmp/x.log", None)
+    assert c.drain(30)
+    c.close()
+    assert [(v.cycle, v.decision, v.source) for v in got] == [(0, "RESTART", "fallback")]
+    assert any("unreachable" in w for w in warnings)
+
+
+def test_off_client_never_answers() -> None:
+    got, warnings, _ = _collect()
+    c = OffClient(got.append, warnings.append)
+    c.register("j", 0, "/x", None)
+    c.request_analysis("j", 0, "/x", None)
+    assert c.drain(5)
+    c.close()
+    assert got == [] and warnings == []
+
+
+def test_embedded_client_real_engine_never_blocks_caller(tmp_path: Path) -> None:
+    why = engine_available()
+    if why:
+        pytest.skip(why)
+    log = tmp_path / "cycle_0.log"
+    log.write_text(
+        "[relaunch] cycle 0 start\n[rank 0]: Traceback (most recent call last):\n"
+        '[rank 0]:   File "train.py", line 3, in <module>\n'
+        "[rank 0]: SyntaxError: invalid syntax\n[relaunch] rank 0 exited with code 1\n"
+    )
+    release = threading.Event()
+    got: list[VerdictInfo] = []
+
+    def on_verdict(v: VerdictInfo) -> None:
+        release.wait(30)  # the verdict path is held; the caller must not be
+        got.append(v)
+
+    c = EmbeddedClient(
+        on_verdict, lambda w: None, db_url=f"sqlite:///{tmp_path / 'h.db'}", audit_dir=None
+    )
+    c.register("job", 0, str(log), None)
+    c.request_analysis("job", 0, str(log), None)  # returns although the verdict is held
+    assert got == []
+    release.set()
+    assert c.drain(60)
+    c.close()
+    assert len(got) == 1 and got[0].cycle == 0 and got[0].source == "embedded"
+    assert got[0].decision in ("STOP", "RESTART") and got[0].reason
