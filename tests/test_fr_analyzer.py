@@ -250,3 +250,27 @@ def test_text_rendering(tmp_path: Path) -> None:
     text = render_text(_analyze(tmp_path, stalled_allreduce_job(8, culprits=[3, 4, 5])))
     assert "culprit ranks: 3-5" in text
     assert "group 0 default_pg (8 ranks) stalled: all_reduce seq 5 sizes [[1024]] Float" in text
+
+
+def test_world_group_waiters_behind_a_tensor_parallel_stall(tmp_path: Path) -> None:
+    """16 ranks, TP groups of 4. Rank 5 never reaches its TP reduce-scatter; 4, 6, 7 wait in
+    it; the 12 others move on and wait in a world all-reduce that 4-7 never reach."""
+    world = Group("0", "default_pg", list(range(16)))
+    tps = [
+        Group(str(1 + i), "TENSOR_MODEL_PARALLEL_GROUP", list(range(4 * i, 4 * i + 4)))
+        for i in range(4)
+    ]
+    prog = {
+        r: [Call(str(1 + r // 4), "_reduce_scatter_base", [[8, 4]], "BFloat16"), Call("0")]
+        for r in range(16)
+    }
+    reached = {r: 0 if r == 5 else 1 if 4 <= r < 8 else 2 for r in range(16)}
+    completed = {r: 0 if 4 <= r < 8 else 1 for r in range(16)}
+    result = _analyze(tmp_path, job_dumps([world, *tps], prog, reached, completed))
+    assert result["culprit_ranks"] == [5]
+    g0 = _group(result, "0")
+    assert g0["waiting_ranks"] == [0, 1, 2, 3, *range(8, 16)]
+    assert g0["lagging_ranks"] == [4, 5, 6, 7]
+    assert g0["culprit_ranks"] == [5] and g0["blocked_elsewhere"] == [4, 6, 7]
+    assert _group(result, "2")["lag"] == {"5": "never reached"}
+    assert result["in_flight_groups"] == []
