@@ -217,9 +217,11 @@ def format_text(v: dict[str, Any]) -> str:
     if cascades:
         lines.append("cascades:")
         for c in cascades:
+            ranks = list(c.get("ranks") or [])
+            where = f"on ranks {_ranks(ranks)}" if ranks else "on no named rank"
             lines.append(
-                f"  {c.get('failure_class')} ({c.get('role')}) x{c.get('count')} "
-                f"on ranks {_ranks(list(c.get('ranks') or []))}, first at line {c.get('first_line')}"
+                f"  {c.get('failure_class')} ({c.get('role')}) x{c.get('count')} {where}, "
+                f"first at line {c.get('first_line')}"
             )
     evidence = v.get("evidence") or []
     if evidence:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -233,7 +233,9 @@ class HistoryRepository:
             if audit_path is not None:
                 row.audit_path = str(audit_path)
             session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk == row.id))
-            session.add_all(_evidence_rows(row.id, verdict))
+            rows = _evidence_rows(row.id, verdict)
+            if rows:
+                session.execute(insert(EvidenceRow), rows)
             job.updated_at = now
             if created:
                 self._prune(session, job)
@@ -489,7 +491,8 @@ def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
     row.ended_at = row.ended_at or now
 
 
-def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[EvidenceRow]:
+def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """Evidence rows (as dicts for one executemany insert): primary first, then the rest."""
     items: list[tuple[bool, dict[str, Any]]] = []
     primary = verdict.get("primary")
     if isinstance(primary, dict):
@@ -502,27 +505,25 @@ def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[EvidenceRow]:
             continue
         seen.add((ev.get("line"), ev.get("pattern_id")))
         items.append((False, ev))
-    rows = []
-    for ordinal, (is_primary, ev) in enumerate(items[:MAX_EVIDENCE_ROWS]):
-        rows.append(
-            EvidenceRow(
-                cycle_pk=cycle_pk,
-                ordinal=ordinal,
-                is_primary=is_primary,
-                line=_int_or_none(ev.get("line")),
-                rank=_int_or_none(ev.get("rank")),
-                pattern_id=_str_or_none(ev.get("pattern_id"), 128),
-                failure_class=_str_or_none(ev.get("failure_class"), 128),
-                domain=_str_or_none(ev.get("domain"), 32),
-                role=_str_or_none(ev.get("role"), 32),
-                recoverability=_str_or_none(ev.get("recoverability"), 32),
-                fingerprint=_str_or_none(ev.get("fingerprint")),
-                entity=_str_or_none(ev.get("entity")),
-                node=_str_or_none(ev.get("node"), 255),
-                text=_str_or_none(ev.get("text")),
-            )
-        )
-    return rows
+    return [
+        {
+            "cycle_pk": cycle_pk,
+            "ordinal": ordinal,
+            "is_primary": is_primary,
+            "line": _int_or_none(ev.get("line")),
+            "rank": _int_or_none(ev.get("rank")),
+            "pattern_id": _str_or_none(ev.get("pattern_id"), 128),
+            "failure_class": _str_or_none(ev.get("failure_class"), 128),
+            "domain": _str_or_none(ev.get("domain"), 32),
+            "role": _str_or_none(ev.get("role"), 32),
+            "recoverability": _str_or_none(ev.get("recoverability"), 32),
+            "fingerprint": _str_or_none(ev.get("fingerprint")),
+            "entity": _str_or_none(ev.get("entity")),
+            "node": _str_or_none(ev.get("node"), 255),
+            "text": _str_or_none(ev.get("text")),
+        }
+        for ordinal, (is_primary, ev) in enumerate(items[:MAX_EVIDENCE_ROWS])
+    ]
 
 
 _EVIDENCE_FIELDS = (
