@@ -68,6 +68,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--max-pending", type=int, default=256, help="analyses queued or running before 503"
     )
     p.add_argument("--workers", type=int, default=2, help="analysis threads")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="how often progressive logs are read (seconds)",
+    )
     p.add_argument("--no-dashboard", action="store_true", help="serve the API only")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     llm_options.add_arguments(p)
@@ -102,6 +109,8 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         roots.append(Path(r))
     if args.webhook_url and not args.webhook_url.startswith(("http://", "https://")):
         raise UserError(f"--webhook-url must be http:// or https://: {args.webhook_url}")
+    if not 0.01 <= args.poll_interval <= 3600:
+        raise UserError("--poll-interval must be between 0.01 and 3600 seconds")
     for name in ("max_body_bytes", "max_upload_bytes", "max_pending", "workers"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
@@ -129,6 +138,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         rate_limit_burst=args.rate_burst,
         max_pending_analyses=args.max_pending,
         analysis_workers=args.workers,
+        progressive_poll_s=args.poll_interval,
         dashboard=not args.no_dashboard,
     )
 
@@ -162,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.log_level == "debug",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=30,  # pollers reuse connections; don't race the idle close
         limit_concurrency=None,
     )
     server = uvicorn.Server(config)

@@ -63,7 +63,7 @@ def cli_analyze(path: Path, *extra: str) -> dict:
 
 def same_verdict(a: dict, b: dict) -> None:
     for key in COMPARED:
-        assert a.get(key) == b.get(key), key
+        assert a.get(key) == b.get(key), (key, a.get(key), b.get(key))
 
 
 def test_healthz_and_openapi_match_the_routes(service_factory):  # noqa: F811

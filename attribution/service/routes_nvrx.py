@@ -63,7 +63,7 @@ def log_answer(tl: TrackedLog) -> dict[str, Any]:
 
 
 @router.get("/healthz", response_model=Health, tags=["nvrx"])
-def healthz(request: Request) -> JSONResponse:
+async def healthz(request: Request) -> JSONResponse:
     """Service health: `ok`, `degraded` (serving, with issues) or `fail`."""
     body = state_of(request).health()
     return JSONResponse(body, status_code=200 if body["status"] != "fail" else 503)
@@ -93,8 +93,8 @@ async def get_logs(
 ) -> dict[str, Any]:
     """The verdict of a submitted log: `pending` or `completed` with a recommendation."""
     st = state_of(request)
-    path = await asyncio.to_thread(confine, log_path, st.settings.allowed_roots, must_exist=False)
-    tl = await asyncio.to_thread(st.find_by_path, path)
+    path = confine(log_path, st.settings.allowed_roots, must_exist=False)  # a few syscalls
+    tl = st.tracked(str(path)) or await asyncio.to_thread(st.find_by_path, path)
     if tl is None:
         raise ApiError("not_submitted", f"log was not submitted: {log_path!r}")
     if wait:

@@ -93,16 +93,25 @@ async def get_verdict(
 ) -> dict[str, Any]:
     """The verdict of one cycle: `pending` while it is being analysed."""
     st = state_of(request)
+    check_job_id(job_id)
     _cycle_path(cycle)
-    tl = st.tracked_key(job_id, cycle)
-    if tl is not None and tl.future is not None:
-        if wait:
-            await wait_future(tl.future, st.settings.wait_timeout_s)
-        if not tl.future.done():
-            return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
-    rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
-    status = "completed" if rec.verdict is not None else "pending"
-    return {"job_id": job_id, "cycle": cycle, "status": status, "verdict": rec.verdict}
+    tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
+    if tl is None:
+        await asyncio.to_thread(_cycle, st, job_id, cycle)  # 404 if unknown
+        return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
+    if tl.future is not None and not tl.future.done() and wait:
+        await wait_future(tl.future, st.settings.wait_timeout_s)
+    if tl.verdict is None and (tl.future is None or tl.future.done()):
+        rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
+        tl.verdict = rec.verdict
+    status = "completed" if tl.verdict is not None else "pending"
+    return {
+        "job_id": job_id,
+        "cycle": cycle,
+        "status": status,
+        "verdict": tl.verdict,
+        "cached": tl.cached,
+    }
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}/evidence")

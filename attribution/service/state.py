@@ -104,6 +104,8 @@ class ServiceState:
         self.analyses = 0
         self.cache_hits = 0
         self._evicted_read = 0
+        self._db_checked_at = float("-inf")
+        self._db_error: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
     def _install_listeners(self) -> None:
@@ -121,7 +123,18 @@ class ServiceState:
         if s.llm_config is not None:
             from attribution.enrichment import EnrichmentListener
 
-            self._add_listener(EnrichmentListener(self.repo, s.llm_config, s.policy))
+            self._add_listener(
+                EnrichmentListener(
+                    self.repo, s.llm_config, s.policy, on_result=self._after_enrichment
+                )
+            )
+
+    def _after_enrichment(self, event: Any, result: Any) -> None:
+        """The LLM may have replaced the stored verdict: refresh the in-memory copy."""
+        tl = self.tracked_key(event.job_id, event.cycle)
+        rec = self.repo.get_cycle(event.job_id, event.cycle)
+        if tl is not None and rec is not None and rec.verdict is not None:
+            tl.verdict = rec.verdict
 
     def _add_listener(self, fn: Any) -> None:
         self.listeners.append(fn)
@@ -149,12 +162,19 @@ class ServiceState:
 
     # --- health ------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
+        """Health, with the database probe cached for a second (probes are frequent)."""
+        now = time.monotonic()
+        if now - self._db_checked_at > 1.0:
+            try:
+                self.repo.get_job("healthz-probe")
+                self._db_error = None
+            except Exception as exc:
+                self._db_error = f"database unavailable: {type(exc).__name__}"
+            self._db_checked_at = now
+        if self._db_error is not None:
+            return {"status": "fail", "issues": [self._db_error]}
         issues: list[str] = []
         status = "ok"
-        try:
-            self.repo.list_jobs()
-        except Exception as exc:
-            return {"status": "fail", "issues": [f"database unavailable: {type(exc).__name__}"]}
         pending = self.coalescer.inflight()
         if pending >= self.settings.max_pending_analyses:
             status, issues = "degraded", [f"analysis queue full ({pending} pending)"]
