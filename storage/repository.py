@@ -295,6 +295,28 @@ class HistoryRepository:
 
         self._write_retrying(op)
 
+    def recount_job(self, job_id: str, *, prune: bool = True) -> JobRecord | None:
+        """Recompute a job's `cycle_count`/`last_cycle` from its cycles (and prune to the bound).
+
+        Writers that insert cycles in bulk, bypassing `save_verdict`/`register_cycle`
+        (imports, benchmarks), must call this afterwards. None when there is no such job.
+        """
+        job_id = _check_job_id(job_id)
+
+        def op(session: Session) -> bool:
+            job = self._job(session, job_id, create=False)
+            if job is None:
+                return False
+            n, top = session.execute(
+                select(func.count(), func.max(Cycle.cycle)).where(Cycle.job_pk == job.id)
+            ).one()
+            job.cycle_count, job.last_cycle = int(n or 0), top
+            if prune:
+                self._prune(session, job)
+            return True
+
+        return self.get_job(job_id) if self._write_retrying(op) else None
+
     def delete_job(self, job_id: str) -> bool:
         """Delete a job and all its history; False when there was no such job."""
         job_id = _check_job_id(job_id)

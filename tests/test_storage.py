@@ -292,3 +292,22 @@ def test_bad_bound_from_environment(tmp_path, monkeypatch, raw):
 def test_bad_bound_argument(tmp_path):
     with pytest.raises(ValueError, match="at least 1"):
         open_repository(sqlite_url(tmp_path), max_cycles_per_job=0)
+
+
+def test_recount_after_a_bulk_insert_restores_counts_and_bound(url):
+    from sqlalchemy import insert
+
+    repo = open_repository(url, max_cycles_per_job=5)
+    repo.save_verdict("bulk", 0, verdict())
+    with repo.write_session() as s:  # a writer that bypasses save_verdict (imports, benchmarks)
+        job_pk = s.scalar(select(Job.id).where(Job.job_id == "bulk"))
+        s.execute(
+            insert(Cycle),
+            [{"job_pk": job_pk, "cycle": c, "status": "analysed"} for c in range(1, 9)],
+        )
+    assert repo.get_job("bulk").cycles == 1  # stale until recounted
+    rec = repo.recount_job("bulk")
+    assert (rec.cycles, rec.last_cycle) == (5, 8)
+    assert [c.cycle for c in repo.list_cycles("bulk")] == [4, 5, 6, 7, 8]
+    assert repo.recount_job("nobody") is None
+    repo.close()
