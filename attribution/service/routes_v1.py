@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -245,29 +247,32 @@ async def upload_fr(
     if not files or len(files) > MAX_FR_FILES:
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
-    dest_dir = Path(st.settings.data_dir) / "fr" / _safe_name(job_id) / f"cycle_{cycle}"
-    await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=True)
+    # every upload gets its own directory: a bad upload never overwrites stored dumps
+    base = Path(st.settings.data_dir) / "fr" / _safe_name(job_id) / f"cycle_{cycle}"
+    dest_dir = base / f"upload-{time.time_ns()}"
+    await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=False)
     paths: list[Path] = []
-    for i, up in enumerate(files):
-        name = os.path.basename(up.filename or "") or f"dump_{i}"
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128].lstrip(".") or f"dump_{i}"
-        target = dest_dir / name
-        with open(target, "wb") as out:
-            while chunk := await up.read(UPLOAD_CHUNK):
-                await asyncio.to_thread(out.write, chunk)
-        paths.append(target)
     try:
+        for i, up in enumerate(files):
+            name = os.path.basename(up.filename or "") or f"dump_{i}"
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128].lstrip(".") or f"dump_{i}"
+            target = dest_dir / name
+            with open(target, "wb") as out:
+                while chunk := await up.read(UPLOAD_CHUNK):
+                    await asyncio.to_thread(out.write, chunk)
+            paths.append(target)
         from attribution import fr as fr_mod
-    except ImportError:
-        raise ApiError("overloaded", "Flight Recorder analysis is not available") from None
-    try:
+
         findings = await asyncio.to_thread(fr_mod.analyze_paths, [str(p) for p in paths])
     except (ValueError, OSError) as exc:
+        await asyncio.to_thread(shutil.rmtree, dest_dir, True)
         raise ApiError("invalid_parameter", f"not usable Flight Recorder dumps: {exc}") from None
+    except BaseException:
+        await asyncio.to_thread(shutil.rmtree, dest_dir, True)
+        raise
     culprits = [int(r) for r in (findings.get("culprit_ranks") or [])]
-    await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, None) if st.repo.get_cycle(
-        job_id, cycle
-    ) is None else None
+    if await asyncio.to_thread(st.repo.get_cycle, job_id, cycle) is None:
+        await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, None)
     await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
     verdict = None
     tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
