@@ -182,3 +182,31 @@ def test_templates_and_static_exist_for_packaging() -> None:
     for name in ("base.html", "jobs.html", "job.html", "cycle.html", "search.html", "error.html"):
         assert (web / "templates" / name).is_file()
     assert (web / "static" / "live.js").is_file() and (web / "static" / "style.css").is_file()
+
+
+def test_job_ids_with_slashes_and_markup_round_trip(site: dict[str, Any]) -> None:
+    from tests._web_helpers import make_verdict
+
+    odd = "team/a run <b>#1?"
+    repo = site["repo"]
+    repo.register_cycle(odd, 0, "/logs/odd/cycle_0.log")
+    repo.save_verdict(odd, 0, make_verdict("RESTART", "odd_rule", None, iteration=5))
+    jobs = http_get(site["url"] + "/").text
+    href = "/jobs/team%2Fa%20run%20%3Cb%3E%231%3F"
+    assert f'href="{href}"' in jobs and "team/a run &lt;b&gt;#1?" in jobs
+    job = http_get(site["url"] + href)
+    assert job.status_code == 200 and 'id="timeline"' in job.text
+    assert f'href="{href}/cycles/0"' in job.text
+    cycle = http_get(site["url"] + href + "/cycles/0")
+    assert cycle.status_code == 200 and 'id="rule">odd_rule<' in cycle.text
+    audit = http_get(site["url"] + href + "/cycles/0/audit.json")
+    assert audit.status_code == 200 and audit.json()["job_id"] == odd
+
+
+def test_jobs_list_is_bounded(site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import web.routes
+
+    monkeypatch.setattr(web.routes, "JOBS_LIMIT", 1)
+    html = http_get(site["url"] + "/").text
+    assert html.count('<tr class="job"') == 1
+    assert 'id="jobs-limit">Showing the 1 most recently updated jobs.' in html

@@ -41,6 +41,7 @@ STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg
 LIVE_INTERVAL_MS = 3000
 MAX_AUDIT_BYTES = 32 << 20
 SEARCH_LIMIT = 200
+JOBS_LIMIT = 500  # most recently updated jobs listed on /
 TIMELINE_LIMIT = 1000  # most recent cycles shown on a job page
 FACETS = 30
 
@@ -132,10 +133,18 @@ def create_router(repo_provider: Any) -> APIRouter:
         return guarded(_jobs_page)(request)
 
     def _jobs_page(request: Request) -> Response:
-        jobs = [views.job_row(j) for j in get_repo().list_jobs()]
-        return render(request, "jobs.html", live=True, jobs=jobs, fingerprint="", failure_class="")
+        jobs = [views.job_row(j) for j in get_repo().list_jobs(limit=JOBS_LIMIT + 1)]
+        return render(
+            request,
+            "jobs.html",
+            live=True,
+            jobs=jobs[:JOBS_LIMIT],
+            more_jobs=len(jobs) > JOBS_LIMIT,
+            jobs_limit=JOBS_LIMIT,
+            fingerprint="",
+            failure_class="",
+        )
 
-    @router.get("/jobs/{job_id}", response_class=HTMLResponse)
     def job_page(request: Request, job_id: str) -> Response:
         return guarded(_job_page)(request, job_id)
 
@@ -159,7 +168,6 @@ def create_router(repo_provider: Any) -> APIRouter:
             shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
         )
 
-    @router.get("/jobs/{job_id}/cycles/{cycle}", response_class=HTMLResponse)
     def cycle_page(request: Request, job_id: str, cycle: str) -> Response:
         return guarded(_cycle_page)(request, job_id, cycle)
 
@@ -175,7 +183,6 @@ def create_router(repo_provider: Any) -> APIRouter:
         live = jrow["live"] and (not detail["has_verdict"] or detail["llm"] is None)
         return render(request, "cycle.html", live=live, job=jrow, c=detail)
 
-    @router.get("/jobs/{job_id}/cycles/{cycle}/audit.json")
     def audit_json(request: Request, job_id: str, cycle: str) -> Response:
         return guarded(_audit_json)(request, job_id, cycle)
 
@@ -206,6 +213,14 @@ def create_router(repo_provider: Any) -> APIRouter:
             json.dumps(body, indent=2, sort_keys=True, default=str),
             media_type="application/json",
         )
+
+    # Job ids may contain '/': the `path` converter takes them whole, so the more specific
+    # routes go first.
+    router.add_api_route("/jobs/{job_id:path}/cycles/{cycle}/audit.json", audit_json)
+    router.add_api_route(
+        "/jobs/{job_id:path}/cycles/{cycle}", cycle_page, response_class=HTMLResponse
+    )
+    router.add_api_route("/jobs/{job_id:path}", job_page, response_class=HTMLResponse)
 
     @router.get("/search", response_class=HTMLResponse)
     def search_page(
