@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests._storage_helpers import REPO_ROOT, infra_log, sqlite_url, syntax_log, workload_log
+from tests._storage_helpers import (
+    REPO_ROOT,
+    infra_log,
+    pg_url_or_skip,
+    sqlite_url,
+    syntax_log,
+    workload_log,
+)
 
 SPEC_KEYS = {"decision", "basis", "rule", "primary", "cascades", "progress", "history"}
 PRIMARY_KEYS = {"failure_class", "line", "rank", "fingerprint", "text"}
@@ -312,3 +319,10 @@ def test_concurrent_invocations_on_one_database(tmp_path):
     ).fetchall()
     assert rows == [("each", 0), ("each", 1), ("each", 2), ("same", 0)]
     con.close()
+
+
+def test_history_persists_in_postgresql(tmp_path):
+    db = pg_url_or_skip()
+    log = write(tmp_path, "stuck.log", infra_log(last_iteration=100))
+    got = [analyze_json(log, "--db", db, "--job-id", "pg")["decision"] for _ in range(4)]
+    assert got == ["RESTART", "RESTART", "RESTART", "STOP"]
