@@ -39,7 +39,7 @@ import httpx  # noqa: E402
 
 import storage  # noqa: E402
 from attribution.engine import AttributionEngine  # noqa: E402
-from storage.service_queries import bulk_insert_cycles  # noqa: E402
+from storage.service_queries import bulk_insert_cycles, find_cycle_by_log_path  # noqa: E402
 from tests._service_helpers import start_service  # noqa: E402
 
 CLASSES = ["cuda_oom", "nccl_watchdog_timeout", "python_syntax_error", "xid_error", "ecc_error"]
@@ -289,6 +289,10 @@ def time_queries(
         ),
         "get_cycle": lambda: repo.get_cycle(f"hjob{rng.randrange(jobs)}", rng.randrange(per_job)),
         "list_jobs": lambda: repo.list_jobs(limit=100),
+        # NVRx GET /logs after a restart: which cycle registered this path (no index yet)
+        "find_cycle_by_log_path": lambda: find_cycle_by_log_path(
+            repo, f"/logs/job{rng.randrange(jobs)}/cycle_{rng.randrange(per_job)}.log"
+        ),
     }
     out = {}
     for name, fn in queries.items():

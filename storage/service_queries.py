@@ -38,7 +38,8 @@ def bulk_insert_cycles(repo: HistoryRepository, job_id: str, rows: Iterable[dict
     """Insert analysed cycles of `job_id` in large batches; return how many.
 
     Each row is a dict of `cycles` columns (`cycle` required; unknown keys are an error).
-    Meant for imports and benchmarks: no per-row pruning, evidence rows are not created.
+    Meant for imports and benchmarks: evidence rows are not created; the job's summary is
+    recounted (and pruned to the repository's per-job bound) once at the end.
     """
     now = datetime.now(timezone.utc)
     with repo.write_session() as session:
@@ -68,4 +69,5 @@ def bulk_insert_cycles(repo: HistoryRepository, job_id: str, rows: Iterable[dict
         if len(batch) >= BULK_BATCH:
             flush()
     flush()
+    repo.recount_job(job_id)  # job summary columns (and the per-job bound)
     return total
