@@ -210,3 +210,21 @@ def test_jobs_list_is_bounded(site: dict[str, Any], monkeypatch: pytest.MonkeyPa
     html = http_get(site["url"] + "/").text
     assert html.count('<tr class="job"') == 1
     assert 'id="jobs-limit">Showing the 1 most recently updated jobs.' in html
+
+
+def test_job_page_revalidates_with_etag_until_the_job_changes(site: dict[str, Any]) -> None:
+    from tests._web_helpers import make_verdict
+
+    url = site["url"] + "/jobs/job-running"
+    first = http_get(url, params={"fragment": "1"})
+    etag = first.headers["etag"]
+    assert first.headers["cache-control"] == "no-cache"
+    again = http_get(url, params={"fragment": "1"}, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["x-relaunch-live"] == "3000"
+    full = http_get(url, headers={"If-None-Match": etag})  # the full page has its own tag
+    assert full.status_code == 200
+    site["repo"].save_verdict("job-running", 5, make_verdict("RESTART", "r5", None, iteration=50))
+    changed = http_get(url, params={"fragment": "1"}, headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and 'data-cycle="5"' in changed.text
+    assert changed.headers["etag"] != etag

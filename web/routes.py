@@ -20,6 +20,7 @@ page carries a Content-Security-Policy that allows only the dashboard's own scri
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -87,7 +88,13 @@ def create_router(repo_provider: Any) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     def render(
-        request: Request, name: str, status: int = 200, *, live: bool = False, **ctx: Any
+        request: Request,
+        name: str,
+        status: int = 200,
+        *,
+        live: bool = False,
+        etag: str | None = None,
+        **ctx: Any,
     ) -> HTMLResponse:
         ctx.update(
             root=request.scope.get("root_path", "").rstrip("/"),
@@ -101,7 +108,28 @@ def create_router(repo_provider: Any) -> APIRouter:
         else:
             html = template.render(ctx)
         headers = {**SECURITY_HEADERS, "X-Relaunch-Live": str(ctx["live_ms"])}
+        if etag is not None:
+            headers.update(ETag=etag, **{"Cache-Control": "no-cache"})
         return HTMLResponse(html, status_code=status, headers=headers)
+
+    def page_etag(request: Request, job: Any, live: bool) -> str:
+        """A validator of a job page: every write to a job bumps its `updated_at`."""
+        j = views.as_dict(job)
+        fragment = request.query_params.get("fragment") == "1"
+        key = f"{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
+        return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
+
+    def not_modified(request: Request, etag: str, live: bool) -> Response | None:
+        if request.headers.get("if-none-match") != etag:
+            return None
+        return Response(
+            status_code=304,
+            headers={
+                "ETag": etag,
+                "Cache-Control": "no-cache",
+                "X-Relaunch-Live": str(LIVE_INTERVAL_MS if live else 0),
+            },
+        )
 
     def error_page(request: Request, status: int, message: str) -> HTMLResponse:
         return render(request, "error.html", status, code=status, message=message)
@@ -154,6 +182,10 @@ def create_router(repo_provider: Any) -> APIRouter:
         if job is None:
             raise _BadRequest(404, f"no job {job_id!r} in the history")
         jrow = views.job_row(job)
+        etag = page_etag(request, job, jrow["live"])
+        unchanged = not_modified(request, etag, jrow["live"])
+        if unchanged is not None:  # live refresh of an unchanged job: skip the timeline query
+            return unchanged
         rows = [
             views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
         ]
@@ -162,6 +194,7 @@ def create_router(repo_provider: Any) -> APIRouter:
             request,
             "job.html",
             live=jrow["live"],
+            etag=etag,
             job=jrow,
             cycles=rows,
             plot=plot,
