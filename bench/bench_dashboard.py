@@ -9,7 +9,8 @@ process on the same SQLite history (N cycles of one job, real `Verdict.to_dict()
   the job page would otherwise need;
 - job_page: a GET of `/jobs/{job}` (uvicorn on 127.0.0.1, full page with the SVG plot)
   against a GET of `/static/style.css` (the server's fixed per-request cost) and against
-  the baseline read alone;
+  the baseline read alone; and the live refresh of an unchanged job (`If-None-Match`,
+  answered 304) against the full page;
 - slack_listener: one `SlackNotifier(event)` call (what the engine's listener thread pays)
   against one `chat_postMessage` to a loopback Slack-compatible server (what it would pay
   if the post were made inline).
@@ -89,10 +90,16 @@ def main() -> int:
             assert page.status_code == 200 and 'id="timeline"' in page.text
             static = _timed(lambda: c.get("/static/style.css"), args.repeat)
             job_page = _timed(lambda: c.get(f"/jobs/{JOB}"), args.repeat)
+            etag = page.headers["etag"]
+            revalidate = _timed(
+                lambda: c.get(f"/jobs/{JOB}", headers={"If-None-Match": etag}), args.repeat
+            )
             cycle_page = _timed(lambda: c.get(f"/jobs/{JOB}/cycles/{args.cycles - 1}"), args.repeat)
         out["job_page"] = {
             "job_page_ms": round(job_page * 1e3, 2),
             "page_bytes": len(page.content),
+            "unchanged_revalidate_ms": round(revalidate * 1e3, 2),
+            "full_over_revalidate": round(job_page / revalidate, 1),
             "cycle_page_ms": round(cycle_page * 1e3, 2),
             "static_request_ms": round(static * 1e3, 2),
             "vs_static_request": round(job_page / static, 2),
