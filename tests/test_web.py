@@ -228,3 +228,13 @@ def test_job_page_revalidates_with_etag_until_the_job_changes(site: dict[str, An
     changed = http_get(url, params={"fragment": "1"}, headers={"If-None-Match": etag})
     assert changed.status_code == 200 and 'data-cycle="5"' in changed.text
     assert changed.headers["etag"] != etag
+
+
+def test_cycle_that_is_not_analysed_yet_says_so_and_polls(site: dict[str, Any]) -> None:
+    site["repo"].register_cycle("fresh-job", 7, "/logs/fresh/cycle_7.log")
+    r = http_get(site["url"] + "/jobs/fresh-job/cycles/7")
+    assert r.status_code == 200
+    assert "Not analysed yet (status: registered)." in r.text
+    assert "<dt>Exit cause</dt><dd>running</dd>" in r.text
+    assert r.headers["x-relaunch-live"] == "3000"  # the verdict will appear by itself
+    assert "No primary failure evidence" in r.text
