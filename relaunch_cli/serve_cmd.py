@@ -6,8 +6,10 @@ Listens on 127.0.0.1:8570 by default, or on a Unix socket with `--uds PATH`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import socket
 from pathlib import Path
 
 from relaunch_cli import llm_options
@@ -164,11 +166,12 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings)
     except StorageError as exc:
         raise UserError(str(exc)) from None
+    sock = _unix_socket(args.uds) if args.uds else None
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
-        uds=args.uds,
+        fd=sock.fileno() if sock else None,
         log_level=args.log_level,
         access_log=args.log_level == "debug",
         timeout_graceful_shutdown=5,
@@ -176,12 +179,44 @@ def run(args: argparse.Namespace) -> int:
         limit_concurrency=None,
     )
     server = uvicorn.Server(config)
-    if args.uds:
-        if os.path.exists(args.uds) and not _is_socket(args.uds):
-            raise UserError(f"--uds path exists and is not a socket: {args.uds}")
+    if sock is not None:
         print(f"relaunch serve: listening on unix://{args.uds}", flush=True)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if sock is not None:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(args.uds)
     return 0 if server.started else 1
+
+
+def _unix_socket(path: str) -> socket.socket:
+    """Bind the Unix socket ourselves, owner-only (uvicorn would make it 0o666)."""
+    if os.path.exists(path):
+        if not _is_socket(path):
+            raise UserError(f"--uds path exists and is not a socket: {path}")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale socket of an ended service
+        else:
+            raise UserError(f"--uds {path}: another server is listening there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on --uds {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(2048)
+    return sock
 
 
 def _is_socket(path: str) -> bool:

@@ -7,6 +7,8 @@ SQLite file and allowed root, and talks to it only over HTTP.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -298,6 +300,23 @@ def test_unix_socket_service(service_factory):  # noqa: F811
     assert got["status"] == "completed"
     assert got["job_id"].startswith("cycle_0-")  # NVRx clients send no job id
     same_verdict(got["result"], cli_analyze(log))
+    assert stat.S_IMODE(os.stat(svc.uds).st_mode) == 0o600  # owner only
+    # a second service cannot take over a socket that is being served
+    proc = subprocess.run(
+        [sys.executable, "-m", "relaunch_cli", "serve", "--uds", str(svc.uds)],
+        cwd=str(REPO_ROOT),
+        env=cli_env({"RELAUNCH_HOME": str(svc.workdir / "h2")}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "another server is listening" in proc.stderr
+    svc.proc.kill()  # ends without cleanup: the socket file stays behind, stale
+    svc.proc.wait(10)
+    assert svc.uds.exists()
+    svc.start()
+    with svc.client() as c:
+        assert c.get("/logs", params={"log_path": str(log), "wait": "false"}).json()["cached"]
 
 
 def test_v1_jobs_cycles_evidence_search_and_upload(service_factory):  # noqa: F811

@@ -149,6 +149,7 @@ class ServiceState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poll_task
         self.executor.shutdown(wait=True, cancel_futures=False)
+        self.engine.close(timeout=10.0)  # let queued listener events (audit files) finish
         for fn in self.listeners:
             close = getattr(fn, "close", None)
             if callable(close):
