@@ -43,7 +43,13 @@ def verdict(
 
 
 def notifier(server: SlackServer, **kw: Any) -> SlackNotifier:
-    cfg = dict(token=TOKEN, channel="#alerts", base_url=server.base_url, backoff_s=0.05)
+    cfg = dict(
+        token=TOKEN,
+        channel="#alerts",
+        base_url=server.base_url,
+        backoff_s=0.05,
+        min_post_interval_s=0.0,
+    )
     cfg.update(kw)
     return SlackNotifier(SlackConfig(**cfg))
 
@@ -275,3 +281,15 @@ def test_from_args_raises_user_error_for_the_cli() -> None:
 
     with pytest.raises(UserError, match="needs a token"):
         slack.from_args(_parse(["--slack-channel", "#ops"]), environ={})
+
+
+def test_posts_are_spaced_to_respect_slacks_per_channel_limit() -> None:
+    with SlackServer(TOKEN) as server:
+        n = notifier(server, min_post_interval_s=0.4)
+        for job in ("a", "b", "c"):
+            n.notify(job, 1, verdict())
+        assert n.flush(10)
+        n.close()
+        times = [r["time"] for r in server.requests]
+    assert len(times) == 3
+    assert all(b - a >= 0.35 for a, b in zip(times, times[1:], strict=False))

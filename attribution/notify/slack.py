@@ -9,7 +9,8 @@ is given a Slack channel. It posts with slack-sdk's `WebClient.chat_postMessage`
   (job, fingerprint)), and rate limited per job (STOP messages are never dropped by the
   limit; suppressed messages are counted in the next one sent);
 - sent by a background worker thread: the listener only enqueues, so analysis is never
-  blocked or broken. Failures (HTTP errors, `ok: false`, 429 with Retry-After, connection
+  blocked or broken. Posts are spaced by at least `min_post_interval_s` (Slack's limit
+  is about one message per second per channel). Failures (HTTP errors, `ok: false`, 429 with Retry-After, connection
   errors) are logged and retried with backoff, then dropped with a log line.
 
 `add_arguments(parser)` / `from_args(args)` give `relaunch serve` its flags.
@@ -49,6 +50,7 @@ class SlackConfig:
     base_url: str = DEFAULT_BASE_URL
     per_job_burst: int = 3  # non-STOP messages allowed per job in one window
     per_job_window_s: float = 60.0
+    min_post_interval_s: float = 1.0  # Slack allows about one message per second per channel
     max_attempts: int = 5
     backoff_s: float = 1.0  # first retry delay; doubles each attempt (Retry-After wins)
     max_backoff_s: float = 60.0
@@ -235,6 +237,7 @@ class SlackNotifier:
         self._idle = threading.Condition()
         self._busy = 0
         self._stopped = threading.Event()
+        self._last_post = float("-inf")
         self.sent = 0
         self.failed = 0
         self._thread = threading.Thread(target=self._run, name="relaunch-slack", daemon=True)
@@ -342,7 +345,11 @@ class SlackNotifier:
         due = [p for p in self._pending if p.not_before <= now]
         for item in due:
             self._pending.remove(item)
+            wait = self._last_post + self.config.min_post_interval_s - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             self._attempt(item)
+            self._last_post = time.monotonic()
 
     def _attempt(self, item: _Outgoing) -> None:
         item.attempts += 1
