@@ -7,7 +7,7 @@ cycle number of the job). Without `--db` nothing is saved and the history is emp
 `cycle` and `log` when saved); `--format text` is for people: verdict, why, evidence.
 
 Exit codes: 0 a verdict was printed (STOP or RESTART: read the verdict, not the code);
-2 bad input (usage, missing/unreadable log, directory, bad --cycle/--job-id);
+2 bad input (usage, missing/unreadable log, directory, device, bad --cycle/--job-id);
 3 the database cannot be used (bad --db URL, unreachable server, locked or unwritable file).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from typing import Any
 
@@ -61,6 +62,10 @@ def _check_log(path: str) -> None:
         raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT)
     if not os.path.exists(path):
         raise UserError(f"broken symbolic link: {path}", EXIT_BAD_INPUT)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        # a device such as /dev/zero never ends, a FIFO blocks, a socket cannot be read
+        raise UserError(f"not a regular file: {path}", EXIT_BAD_INPUT)
     try:
         with open(path, "rb") as f:
             f.read(0)

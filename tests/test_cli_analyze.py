@@ -201,6 +201,19 @@ def test_directory(tmp_path):
     _one_line_error(analyze(tmp_path), 2, "is a directory")
 
 
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_device_is_not_a_log(device):
+    if not os.path.exists(device):
+        pytest.skip(f"{device} does not exist here")
+    _one_line_error(analyze(device), 2, "not a regular file")
+
+
+def test_fifo_is_not_a_log(tmp_path):
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    _one_line_error(analyze(fifo), 2, "not a regular file")
+
+
 def test_broken_symlink(tmp_path):
     link = tmp_path / "dangling.log"
     link.symlink_to(tmp_path / "gone.log")
