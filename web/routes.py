@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ SECURITY_HEADERS = {
 }
 
 RepoProvider = Callable[[], Any]
+_BOOT = f"{os.getpid()}-{time.time_ns()}"  # a restarted (maybe upgraded) server re-renders
 
 
 def _environment() -> Environment:
@@ -116,7 +118,7 @@ def create_router(repo_provider: Any) -> APIRouter:
         """A validator of a job page: every write to a job bumps its `updated_at`."""
         j = views.as_dict(job)
         fragment = request.query_params.get("fragment") == "1"
-        key = f"{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
+        key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
         return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
 
     def not_modified(request: Request, etag: str, live: bool) -> Response | None:
