@@ -223,14 +223,35 @@ def test_broken_symlink(tmp_path):
 def test_unreadable_file(tmp_path):
     log = write(tmp_path, "secret.log", infra_log())
     log.chmod(0)
-    prefix: tuple[str, ...] = ()
-    if os.geteuid() == 0:
-        # root reads anything: run the CLI without the capabilities that bypass file modes
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root and util-linux setpriv is absent: cannot drop DAC caps")
-        prefix = (setpriv, "--bounding-set", "-dac_override,-dac_read_search")
-    _one_line_error(analyze(log, prefix=prefix), 2, "permission denied")
+    _one_line_error(analyze(log, prefix=_no_dac_prefix()), 2, "permission denied")
+
+
+def _no_dac_prefix() -> tuple[str, ...]:
+    """As root, run without the capabilities that bypass file modes; as a user, nothing."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root and util-linux setpriv is absent: cannot drop DAC caps")
+    return (setpriv, "--bounding-set", "-dac_override,-dac_read_search")
+
+
+def test_read_only_database_is_a_database_error_and_keeps_history(tmp_path):
+    dbdir = tmp_path / "ro"
+    dbdir.mkdir()
+    db = f"sqlite:///{dbdir / 'relaunch.db'}"
+    log = write(tmp_path, "i.log", infra_log())
+    analyze_json(log, "--db", db, "--job-id", "j")
+    (dbdir / "relaunch.db").chmod(0o444)
+    dbdir.chmod(0o555)
+    try:
+        p = analyze(log, "--db", db, "--job-id", "j", prefix=_no_dac_prefix())
+    finally:
+        dbdir.chmod(0o755)
+        (dbdir / "relaunch.db").chmod(0o644)
+    _one_line_error(p, 3, "readonly database")
+    v = analyze_json(log, "--db", db, "--job-id", "j")
+    assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1
 
 
 def test_negative_cycle(tmp_path):
