@@ -35,7 +35,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
 
 import storage  # noqa: E402
 from attribution.engine import AttributionEngine  # noqa: E402
@@ -94,15 +93,20 @@ class RawConn:
         return cls(r, w)
 
     async def get(self, target: str) -> int:
-        self.writer.write(f"GET {target} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        return (await self.request("GET", target))[0]
+
+    async def request(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
+        extra = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body else ""
+        self.writer.write(
+            f"{method} {target} HTTP/1.1\r\nHost: bench\r\n{extra}\r\n".encode() + body
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         length = 0
         for line in head.split(b"\r\n"):
             if line[:15].lower() == b"content-length:":
                 length = int(line[15:])
-        await self.reader.readexactly(length)
-        return status
+        return status, await self.reader.readexactly(length)
 
     def close(self) -> None:
         self.writer.close()
@@ -140,9 +144,11 @@ async def drive(
 
 
 def bench_service(work: Path, jobs: int, lookups: int, cycles_per_job: int) -> dict[str, Any]:
+    # no --audit-dir: the baseline engine writes no artifacts either
     svc = start_service(
         work,
         name="svc",
+        audit=False,
         extra_args=["--rate-limit", "0", "--workers", "2", "--max-pending", "100000"],
     )
     try:
@@ -153,34 +159,36 @@ def bench_service(work: Path, jobs: int, lookups: int, cycles_per_job: int) -> d
         }
 
         async def submissions() -> dict[str, Any]:
-            async with svc.async_client(
-                timeout=600, limits=httpx.Limits(max_connections=jobs)
-            ) as ac:
+            from urllib.parse import quote
 
-                async def one_job(j: int) -> list[float]:
-                    lat = []
-                    for c in range(cycles_per_job):
-                        t0 = time.perf_counter()
-                        p = str(logs[(j, c)])
-                        r = await ac.post(
-                            "/logs",
-                            json={
-                                "log_path": p,
-                                "job_id": f"job{j}",
-                                "cycle_id": c,
-                                "analysis_intent": "terminal",
-                            },
-                        )
-                        r.raise_for_status()
-                        g = await ac.get("/logs", params={"log_path": p, "wait": "true"})
-                        assert g.json()["status"] == "completed", g.text
-                        lat.append(time.perf_counter() - t0)
-                    return lat
+            port = int(svc.port or 0)
 
-                t0 = time.perf_counter()
-                per_job = await asyncio.gather(*(one_job(j) for j in range(jobs)))
-                wall = time.perf_counter() - t0
-                return summary([x for xs in per_job for x in xs], wall)
+            async def one_job(j: int) -> list[float]:
+                conn = await RawConn.open(port)
+                lat = []
+                for c in range(cycles_per_job):
+                    t0 = time.perf_counter()
+                    p = str(logs[(j, c)])
+                    body = json.dumps(
+                        {
+                            "log_path": p,
+                            "job_id": f"job{j}",
+                            "cycle_id": c,
+                            "analysis_intent": "terminal",
+                        }
+                    ).encode()
+                    status, _ = await conn.request("POST", "/logs", body)
+                    assert status == 200, status
+                    status, got = await conn.request("GET", f"/logs?wait=true&log_path={quote(p)}")
+                    assert status == 200 and json.loads(got)["status"] == "completed", got[:300]
+                    lat.append(time.perf_counter() - t0)
+                conn.close()
+                return lat
+
+            t0 = time.perf_counter()
+            per_job = await asyncio.gather(*(one_job(j) for j in range(jobs)))
+            wall = time.perf_counter() - t0
+            return summary([x for xs in per_job for x in xs], wall)
 
         async def lookups_run() -> dict[str, Any]:
             from urllib.parse import quote

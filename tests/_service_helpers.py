@@ -71,7 +71,7 @@ class RunningService:
     workdir: Path
     root: Path
     db_url: str
-    audit_dir: Path
+    audit_dir: Path | None
     uds: Path | None = None
     port: int | None = None
     token: str | None = None
@@ -92,7 +92,9 @@ class RunningService:
 
     def argv(self) -> list[str]:
         argv = [sys.executable, "-m", "relaunch_cli", "serve", "--db", self.db_url]
-        argv += ["--allowed-root", str(self.root), "--audit-dir", str(self.audit_dir)]
+        argv += ["--allowed-root", str(self.root)]
+        if self.audit_dir is not None:
+            argv += ["--audit-dir", str(self.audit_dir)]
         argv += ["--data-dir", str(self.workdir / "data"), "--log-level", "warning"]
         if self.uds:
             argv += ["--uds", str(self.uds)]
@@ -188,18 +190,22 @@ def start_service(
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     name: str = "svc",
+    audit: bool = True,
 ) -> RunningService:
-    """Start `relaunch serve` with its own files under `tmp_path/name`; wait for /healthz."""
+    """Start `relaunch serve` with its own files under `tmp_path/name`; wait for /healthz.
+
+    `audit=False` runs it without `--audit-dir`.
+    """
     workdir = tmp_path / name
     workdir.mkdir(parents=True, exist_ok=True)
     root = root or (tmp_path / "logs")
     root.mkdir(parents=True, exist_ok=True)
-    audit = workdir / "audit"
+    audit_dir = workdir / "audit"
     svc = RunningService(
         workdir=workdir,
         root=root,
         db_url=db_url or f"sqlite:///{workdir / 'relaunch.db'}",
-        audit_dir=audit,
+        audit_dir=audit_dir if audit else None,
         # AF_UNIX paths are limited to ~107 bytes: keep the socket short
         uds=Path(f"/tmp/rl-{os.getpid()}-{time.monotonic_ns() % 10**9}.sock") if uds else None,
         token=token,

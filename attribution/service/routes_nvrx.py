@@ -62,7 +62,12 @@ def log_answer(tl: TrackedLog) -> dict[str, Any]:
     }
 
 
-@router.get("/healthz", response_model=Health, tags=["nvrx"])
+@router.get(
+    "/healthz",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "status fail"}},
+    tags=["nvrx"],
+)
 async def healthz(request: Request) -> JSONResponse:
     """Service health: `ok`, `degraded` (serving, with issues) or `fail`."""
     body = state_of(request).health()
