@@ -311,3 +311,12 @@ def test_recount_after_a_bulk_insert_restores_counts_and_bound(url):
     assert [c.cycle for c in repo.list_cycles("bulk")] == [4, 5, 6, 7, 8]
     assert repo.recount_job("nobody") is None
     repo.close()
+
+
+def test_list_cycles_without_json_and_with_a_limit(repo):
+    for c in range(5):
+        repo.save_verdict("j", c, verdict(rule=f"r{c}"))
+    light = repo.list_cycles("j", with_verdict=False)
+    assert [(c.cycle, c.rule, c.verdict) for c in light] == [(i, f"r{i}", None) for i in range(5)]
+    assert [c.cycle for c in repo.list_cycles("j", limit=2)] == [3, 4]
+    assert repo.list_cycles("j", limit=2)[1].verdict["rule"] == "r4"
