@@ -22,9 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from attribution.fr.reader import DumpSet, GroupState, Op, RankDump
-
-_DEFAULT_PG_DESCS = ("default_pg", "")
+from attribution.fr.reader import DumpSet, GroupState, Op, RankDump, RanksKey, parse_ranks
 
 
 def _group_members(
@@ -35,7 +33,7 @@ def _group_members(
     Groups no pg_config lists (gloo writes an empty one) get the ranks whose dumps show
     them as members (`inferred`). Disagreeing member lists are reported as conflicts.
     """
-    votes: dict[str, Counter[tuple[int, ...]]] = {}
+    votes: dict[str, Counter[RanksKey]] = {}
     descs: dict[str, str] = {}
     seen_in: dict[str, set[int]] = {}
     for rank, d in dumps.items():
@@ -51,8 +49,15 @@ def _group_members(
     members: dict[str, tuple[int, ...]] = {}
     conflicts: list[str] = []
     for name, c in votes.items():
-        members[name] = c.most_common(1)[0][0]
-        if len(c) > 1:
+        parsed: dict[tuple[int, ...], int] = {}
+        for key, n in c.items():  # '[0, 1]' and '[0,1]' are the same members
+            ranks = parse_ranks(key)
+            if ranks:
+                parsed[ranks] = parsed.get(ranks, 0) + n
+        if not parsed:
+            continue
+        members[name] = max(parsed.items(), key=lambda kv: kv[1])[0]
+        if len(parsed) > 1:
             conflicts.append(name)
     inferred: set[str] = set()
     for name, ranks in seen_in.items():

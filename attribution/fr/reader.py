@@ -114,7 +114,7 @@ class RankDump:
     path: str
     version: str
     comm_lib_version: str
-    pg_config: dict[str, tuple[str, tuple[int, ...] | None]]
+    pg_config: dict[str, tuple[str, RanksKey]]  # name -> (desc, members as written)
     groups: dict[str, GroupState]
     unmapped_pg_status: list[str]
     entry_count: int
@@ -215,30 +215,45 @@ def _int(v: Any) -> int | None:
         return None
 
 
-def _parse_ranks(v: Any) -> tuple[int, ...] | None:
+# A group's member list as the dump wrote it: the `ranks` string (kept unparsed, and
+# interned, so a 4,096-rank set does not parse and ship the world's member list 4,096
+# times), or a tuple when the dump held a list. `parse_ranks` turns it into ranks.
+RanksKey = str | tuple[int, ...] | None
+_INTERNED: dict[str, str] = {}
+
+
+def parse_ranks(v: Any) -> tuple[int, ...] | None:
+    """Member ranks from a `ranks` value ('[0, 1]' or a list), None when malformed."""
     if isinstance(v, str):
         try:
             v = json.loads(v)
         except ValueError:
             return None
-    if isinstance(v, (list, tuple)):
-        out = [_int(x) for x in v]
-        if all(x is not None for x in out):
-            return tuple(out)  # type: ignore[arg-type]
+    if isinstance(v, (list, tuple)) and all(type(x) is int for x in v):
+        return tuple(v)
     return None
 
 
-def _parse_pg_config(raw: Any) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-    out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+def _ranks_key(v: Any) -> RanksKey:
+    if isinstance(v, str):
+        v = v.strip()
+        if len(_INTERNED) > 100_000:
+            _INTERNED.clear()
+        return _INTERNED.setdefault(v, v) if v not in ("", "[]") else None
+    return parse_ranks(v) or None
+
+
+def _parse_pg_config(raw: Any) -> dict[str, tuple[str, RanksKey]]:
+    out: dict[str, tuple[str, RanksKey]] = {}
     if not isinstance(raw, dict):
         return out
     for key, val in raw.items():
         if isinstance(val, dict):
             name = str(val.get("name", key) or key)
             desc = str(val.get("desc", "") or "")
-            ranks = _parse_ranks(val.get("ranks"))
+            ranks = _ranks_key(val.get("ranks"))
         else:  # oldest form: name -> ranks
-            name, desc, ranks = str(key), "", _parse_ranks(val)
+            name, desc, ranks = str(key), "", _ranks_key(val)
         if not name:
             continue  # gloo writes {'': {'ranks': '[]'}}
         out[name] = (desc, ranks)
@@ -288,7 +303,7 @@ def _choose_unit(status_enqueued: int | None, last: dict[str, Any] | None) -> st
 def _map_pg_ids(
     status_ids: Iterable[str],
     known: dict[str, str],
-    pg_config: dict[str, tuple[str, tuple[int, ...] | None]],
+    pg_config: dict[str, tuple[str, RanksKey]],
 ) -> dict[str, str]:
     """Map this rank's local pg ids to group names.
 
