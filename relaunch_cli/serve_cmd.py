@@ -151,9 +151,10 @@ def run(args: argparse.Namespace) -> int:
     from attribution.service.app import create_app
     from storage import StorageError
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = args.log_level.upper()
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("attribution", "storage", "restart_agent", "web"):
+        logging.getLogger(name).setLevel(level)
     settings = settings_from_args(args)
     if settings.audit_dir is not None:
         try:

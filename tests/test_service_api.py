@@ -349,3 +349,23 @@ def test_v1_jobs_cycles_evidence_search_and_upload(service_factory):  # noqa: F8
     uploaded = svc.workdir / "data" / "uploads" / "up" / "cycle_0.log"
     assert uploaded.read_bytes() == body
     same_verdict(verdict, cli_analyze(uploaded))
+
+
+def test_track_only_then_get_analyses_like_nvrx(service_factory):  # noqa: F811
+    svc = service_factory()
+    log = svc.root / "nvrx" / "slurm-123.out"
+    with svc.client() as c:
+        # registered before the file exists (cycle start), written later
+        r = c.post("/logs", json={"log_path": str(log), "user": "bob"})
+        assert r.status_code == 200 and r.json()["cycle_id"] == 0
+        assert (
+            c.get("/logs", params={"log_path": str(log), "wait": "false"}).json()["status"]
+            == "pending"
+        )
+        write_log(log, HEAD + TAIL)
+        got = c.get("/logs", params={"log_path": str(log)}).json()  # wait defaults to true
+        assert got["status"] == "completed"
+        # the same path again without cycle_id is the same cycle, not a new one
+        again = c.post("/logs", json={"log_path": str(log)}).json()
+        assert (again["job_id"], again["cycle_id"]) == (got["job_id"], 0)
+    same_verdict(got["result"], cli_analyze(log))

@@ -190,3 +190,54 @@ def test_overload_answers_503(service_factory):  # noqa: F811
             post(c, str(small), job_id="small", cycle_id=0, analysis_intent="terminal").status_code
             == 200
         )
+
+
+def test_random_garbage_never_crashes_or_corrupts(svc):
+    import random
+
+    good = svc.root / "keep.log"
+    good.write_text(LOG)
+    rng = random.Random(3)
+    with svc.client() as c:
+        c.post(
+            "/logs",
+            json={
+                "log_path": str(good),
+                "job_id": "keep",
+                "cycle_id": 0,
+                "analysis_intent": "terminal",
+            },
+        )
+        before = c.get("/logs", params={"log_path": str(good)}).json()["result"]
+        targets = [
+            "/logs",
+            "/v1/jobs/keep/cycles/0/log",
+            "/v1/jobs/keep/cycles/0/fr",
+            "/v1/jobs/keep",
+            "/v1/search",
+            "/v1/jobs/keep/cycles/0/verdict",
+        ]
+        statuses = set()
+        for _ in range(120):
+            target = rng.choice(targets)
+            body = rng.randbytes(rng.randrange(0, 400))
+            method = rng.choice(["GET", "POST", "PUT"])
+            ctype = rng.choice(
+                ["application/json", "multipart/form-data; boundary=x", "text/plain"]
+            )
+            if target.endswith("/log") and method == "POST":
+                target = "/v1/jobs/other/cycles/0/log"  # uploads are valid input; keep apart
+            r = c.request(
+                method,
+                target,
+                content=body,
+                headers={"content-type": ctype},
+                params={"log_path": body[:20].decode("latin-1"), "wait": "false"},
+            )
+            statuses.add(r.status_code)
+            assert r.status_code < 500, (method, target, r.text)
+            assert r.headers["content-type"].startswith("application/json")
+        assert c.get("/healthz").json()["status"] == "ok"
+        after = c.get("/v1/jobs/keep/cycles/0").json()
+    assert after["verdict"] == {k: v for k, v in before.items() if k not in ("module", "state")}
+    assert statuses - {200} and statuses <= {200, 400, 404, 405, 413, 422}

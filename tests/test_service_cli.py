@@ -1,0 +1,73 @@
+"""`relaunch serve` flag errors: one line on stderr, exit 2, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._service_helpers import REPO_ROOT, cli_env
+
+
+def serve(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relaunch_cli", "serve", *args],
+        cwd=str(REPO_ROOT),
+        env=cli_env({"RELAUNCH_HOME": str(home)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--allowed-root", "/nonexistent/dir"], "--allowed-root is not a directory"),
+        (["--token-file", "/nonexistent/token"], "cannot read --token-file"),
+        (["--webhook-url", "ftp://x/y"], "--webhook-url must be http"),
+        (["--db", "notaurl"], "not a database URL"),
+        (["--port", "70000"], "--port must be 0-65535"),
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--poll-interval", "0"], "--poll-interval must be between"),
+    ],
+)
+def test_bad_flags_get_one_line(tmp_path: Path, args: list[str], needle: str):
+    proc = serve(*args, home=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("relaunch serve: error: ") and needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_empty_token_file(tmp_path: Path):
+    tok = tmp_path / "tok"
+    tok.write_text("\n")
+    proc = serve("--token-file", str(tok), home=tmp_path)
+    assert proc.returncode == 2 and "is empty" in proc.stderr
+
+
+def test_uds_path_that_is_not_a_socket(tmp_path: Path):
+    f = tmp_path / "plain"
+    f.write_text("x")
+    proc = serve("--uds", str(f), home=tmp_path)
+    assert proc.returncode == 2 and "not a socket" in proc.stderr
+    assert f.read_text() == "x"  # left alone
+
+
+def test_help_lists_the_flags(tmp_path: Path):
+    out = serve("--help", home=tmp_path).stdout
+    for flag in (
+        "--host",
+        "--port",
+        "--uds",
+        "--db",
+        "--allowed-root",
+        "--token-file",
+        "--audit-dir",
+        "--webhook-url",
+        "--ft-llm-base-url",
+        "--slack-channel",
+    ):
+        assert flag in out, flag
