@@ -274,3 +274,14 @@ def test_world_group_waiters_behind_a_tensor_parallel_stall(tmp_path: Path) -> N
     assert g0["culprit_ranks"] == [5] and g0["blocked_elsewhere"] == [4, 6, 7]
     assert _group(result, "2")["lag"] == {"5": "never reached"}
     assert result["in_flight_groups"] == []
+
+
+def test_public_api_shapes(tmp_path: Path) -> None:
+    write_dumps(stalled_allreduce_job(3, culprits=[2]), tmp_path)
+    result = analyze_paths(str(tmp_path))  # one path as a plain string is accepted too
+    assert culprit_ranks(result) == [2]
+    assert culprit_ranks({"culprit_ranks": ["7", 3]}) == [3, 7]
+    assert culprit_ranks({}) == []
+    import json
+
+    assert json.loads(json.dumps(result)) == result  # JSON-ready: no tuples, no objects

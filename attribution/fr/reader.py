@@ -20,7 +20,6 @@ import pickle
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 # A file is a rank dump when its name ends in the rank number (an optional
@@ -569,12 +568,16 @@ def read_paths(paths: Sequence[str | os.PathLike[str]], workers: int | None = No
     if workers is None:
         workers = min(os.cpu_count() or 1, 16) if len(files) >= 256 else 1
     results: list[RankDump | DumpProblem]
-    if workers > 1 and len(files) > 1:
+    import multiprocessing
+
+    # fork only: spawn/forkserver re-import the caller's __main__ (e.g. the CLI entry point).
+    if workers > 1 and len(files) > 1 and "fork" in multiprocessing.get_all_start_methods():
         from concurrent.futures import ProcessPoolExecutor
 
         n = max(1, len(files) // (workers * 4))
         chunks = [files[i : i + n] for i in range(0, len(files), n)]
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             results = [r for part in pool.map(_read_chunk, chunks) for r in part]
     else:
         results = _read_chunk(files)
@@ -589,8 +592,3 @@ def read_paths(paths: Sequence[str | os.PathLike[str]], workers: int | None = No
         else:
             dumps[r.rank] = r
     return DumpSet(dumps=dumps, problems=problems, ignored=ignored, duplicates=duplicates)
-
-
-def as_path_list(paths: Iterable[str | Path]) -> list[str]:
-    """Paths as strings (helper for callers holding Path objects)."""
-    return [os.fspath(p) for p in paths]
