@@ -204,3 +204,21 @@ def test_bad_paths_raise_for_the_caller(repo, tmp_path):
     with pytest.raises(IsADirectoryError):
         engine.analyze_cycle("job", 0, tmp_path)
     assert repo.list_jobs() == []  # nothing half-written
+
+
+def test_one_engine_shared_by_threads(repo, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = AttributionEngine(repo)
+    events: list[VerdictEvent] = []
+    engine.add_listener(events.append)
+    log = _write(tmp_path, "i.log", infra_log())
+    jobs = [("same", 0)] * 4 + [(f"job{k}", k) for k in range(8)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda jc: engine.analyze_cycle(jc[0], jc[1], log), jobs))
+    assert all(r["decision"] == "RESTART" for r in results)
+    assert engine.drain(10)
+    assert len(events) == len(jobs)
+    assert [c.cycle for c in repo.list_cycles("same")] == [0]
+    assert len(repo.list_jobs()) == 9
+    engine.close()
