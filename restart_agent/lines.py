@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from restart_agent.fingerprint import entity_of, fingerprint
 from restart_agent.model import CascadeGroup, Evidence
 from restart_agent.prefixes import split_prefix
-from restart_agent.registry import Registry
+from restart_agent.registry import PatternRow, Registry
 
 MAX_TEXT = 500  # characters of a line kept in evidence
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
@@ -57,8 +57,10 @@ class LineInterpreter:
     _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
     _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
+    _by_min: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
-    def line(self, raw: bytes, lineno: int) -> None:
+    def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
+        """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if "\r" in text:  # progress bars redraw with bare CR: keep the last state
             text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
@@ -72,12 +74,14 @@ class LineInterpreter:
             return
         if body.startswith('File "'):
             frames = self._tb.get(key)
-            if frames is not None:
+            if frames is None:  # header not seen (not a trigger): the first frame opens it
+                self._tb[key] = [(lineno, body[:MAX_TEXT])]
+            else:
                 frames.append((lineno, body[:MAX_TEXT]))
                 if len(frames) > MAX_FRAMES + 1:
                     del frames[1:2]
             return
-        for row in self.registry.patterns:
+        for row in self._rows_for(body, hints):
             m = row.regex.search(body)
             if m is None:
                 continue
@@ -92,7 +96,7 @@ class LineInterpreter:
             frames = self._tb.pop(key, None)
             if frames is not None:
                 context = [{"line": n, "text": t} for n, t in frames]
-                for _, t in reversed(frames[1:]):
+                for _, t in reversed(frames):
                     fm = _FRAME.match(t)
                     if fm and is_user_frame(fm.group("path")):
                         user_frame = f"{fm.group('path')}:{fm.group('line')}"
@@ -122,6 +126,24 @@ class LineInterpreter:
             )
             self._record(ev)
             return
+
+    def _rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
+        """Rows with a trigger in `body` (only those under `hints`' triggers, if given)."""
+        if not self._by_min:
+            minimal = self.registry.prefilter
+            for i, row in enumerate(self.registry.patterns):
+                for t in row.triggers:
+                    m = next(k for k in minimal if k in t)
+                    self._by_min.setdefault(m, []).append((t, i))
+        hit: set[int] = set()
+        keys = self._by_min if hints is None else hints
+        for m in keys:
+            if m in body:
+                for t, i in self._by_min.get(m, ()):
+                    if t in body:
+                        hit.add(i)
+        rows = self.registry.patterns
+        return [rows[i] for i in sorted(hit)]
 
     def _record(self, ev: Evidence) -> None:
         if ev.node:

@@ -53,6 +53,7 @@ class PatternRow:
     domain: str
     role: str
     recoverability: str
+    triggers: tuple[str, ...]
     examples: tuple[str, ...] = ()
 
 
@@ -124,10 +125,36 @@ def _pattern_rows(path: Path, data: dict[str, Any]) -> list[PatternRow]:
                     raw.get("recoverability", "unknown"),
                     RECOVERABILITY,
                 ),
+                triggers=_triggers(path, rid, raw.get("triggers")),
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
             )
         )
     return rows
+
+
+def _triggers(path: Path, row_id: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise RegistryError(f"{path}: row {row_id!r}: triggers must be a non-empty list")
+    out = []
+    for t in value:
+        if not isinstance(t, str) or not t or "\n" in t or "\x00" in t:
+            raise RegistryError(f"{path}: row {row_id!r}: bad trigger {t!r}")
+        try:
+            t.encode("ascii")
+        except UnicodeEncodeError as exc:
+            raise RegistryError(f"{path}: row {row_id!r}: triggers must be ASCII: {t!r}") from exc
+        out.append(t)
+    return tuple(out)
+
+
+def minimal_triggers(triggers: list[str]) -> tuple[str, ...]:
+    """The union of triggers without those that contain a shorter one (same line set)."""
+    uniq = sorted(set(triggers), key=len)
+    kept: list[str] = []
+    for t in uniq:
+        if not any(k in t for k in kept):
+            kept.append(t)
+    return tuple(sorted(kept))
 
 
 def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
@@ -163,25 +190,22 @@ def build_registry(
     pattern_files: list[Path] | None = None, dialect_files: list[Path] | None = None
 ) -> Registry:
     """Build a registry from the built-in tables plus extra files (not the environment)."""
-    base = _load_yaml(PATTERNS_FILE)
-    patterns = _pattern_rows(PATTERNS_FILE, base)
-    prefilter = [str(t) for t in base.get("prefilter") or ()]
+    patterns = _pattern_rows(PATTERNS_FILE, _load_yaml(PATTERNS_FILE))
     extra_rows: list[PatternRow] = []
     sources = [str(PATTERNS_FILE), str(PROGRESS_FILE)]
     for path in pattern_files or ():
-        data = _load_yaml(path)
-        extra_rows += _pattern_rows(path, data)
-        prefilter += [str(t) for t in data.get("prefilter") or ()]
+        extra_rows += _pattern_rows(path, _load_yaml(path))
         sources.append(str(path))
     dialects = _dialect_rows(PROGRESS_FILE, _load_yaml(PROGRESS_FILE))
     for path in dialect_files or ():
         dialects += _dialect_rows(path, _load_yaml(path))
         sources.append(str(path))
-    if not prefilter:
-        raise RegistryError(f"{PATTERNS_FILE}: prefilter list is empty")
+    rows = extra_rows + patterns
+    if not rows:
+        raise RegistryError(f"{PATTERNS_FILE}: no pattern rows")
     return Registry(
-        patterns=tuple(extra_rows + patterns),
-        prefilter=tuple(dict.fromkeys(prefilter)),
+        patterns=tuple(rows),
+        prefilter=minimal_triggers([t for r in rows for t in r.triggers]),
         dialects=tuple(dialects),
         sources=tuple(sources),
     )

@@ -35,7 +35,7 @@ def test_scan_file_finds_initiating_cuda_error(tmp_path: Path) -> None:
     assert ev.primary.failure_class == "cuda_illegal_memory_access"
     assert (ev.primary.line, ev.primary.rank) == (9, 3)
     assert ev.primary.entity == "/work/model.py:7"
-    assert [c["line"] for c in ev.primary.context] == [3, 5, 8]
+    assert [c["line"] for c in ev.primary.context] == [5, 8]
     classes = {c.failure_class: c for c in ev.cascades}
     assert classes["nccl_watchdog_timeout"].ranks == [2]
     assert classes["nccl_comm_aborted"].ranks == [1]
