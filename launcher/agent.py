@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,6 +30,7 @@ from torch.distributed.elastic.agent.server.api import (
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
@@ -42,6 +44,7 @@ EXIT_FAILED = 1  # workers failed and the restart budget is spent
 EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
 
+RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -64,6 +67,28 @@ class _CycleState:
     stopped_by_verdict: bool = False
     ended: bool = False
     first_failed: set[int] | None = None  # local ranks that failed before elastic closed the rest
+
+
+@contextlib.contextmanager
+def _no_join_skew() -> Iterator[None]:
+    """Skip the c10d rendezvous's random 0-300 ms delay before a join (single node only).
+
+    Elastic sleeps a random fraction of 0.3 s before joining a round to spread the join
+    attempts of many nodes over time. With one node there is nothing to spread, and the
+    sleep is paid at every restart. Its 1 s polling delay (a float, not a range) is kept.
+    """
+    original = _dyn_rdzv._delay
+
+    def delay(seconds: float | tuple[float, float]) -> None:
+        if isinstance(seconds, tuple):
+            return
+        original(seconds)
+
+    _dyn_rdzv._delay = delay
+    try:
+        yield
+    finally:
+        _dyn_rdzv._delay = original
 
 
 def _describe_exit(rank: int, exitcode: int) -> str:
@@ -110,6 +135,7 @@ class RelaunchAgent(LocalElasticAgent):
         self.stop_verdict: VerdictInfo | None = None
         self.health_reason: str | None = None
         self._monitor: RankMonitor | None = None
+        self._gate_open = False
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
 
     # -- printing ---------------------------------------------------------------
@@ -173,7 +199,12 @@ class RelaunchAgent(LocalElasticAgent):
         sink: LineSink = self._sink_factory(log_path, cycle, node)
         spool = str(job_dir / ".spool" / Path(cycle_log_name(cycle, node)).stem)
         self._rank_logs.set_spool_dir(spool)
-        log = CycleLog(sink, keep_spool=self.settings.ft_keep_rank_logs)
+        log = CycleLog(
+            sink,
+            keep_spool=self.settings.ft_keep_rank_logs,
+            fallback_path=log_path,
+            on_sink_error=lambda msg: self.say(f"warning: cycle {cycle} log sink failed: {msg}"),
+        )
         st = _CycleState(cycle, node, log, log_path, time.monotonic())
         with self._state_lock:
             self._state = st
@@ -205,7 +236,11 @@ class RelaunchAgent(LocalElasticAgent):
     # -- elastic hooks ------------------------------------------------------------
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         self._preflight()
-        super()._rendezvous(worker_group)
+        if self.settings.max_nodes > 1:
+            super()._rendezvous(worker_group)
+            return
+        with _no_join_skew():
+            super()._rendezvous(worker_group)
 
     def _preflight(self) -> None:
         s = self.settings
@@ -231,6 +266,7 @@ class RelaunchAgent(LocalElasticAgent):
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
         pids = super()._start_workers(worker_group)
+        self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)
         st.log.add_ranks(
             {w.local_rank: w.global_rank for w in worker_group.workers}, self._rank_logs_spool()
@@ -275,7 +311,9 @@ class RelaunchAgent(LocalElasticAgent):
         result = super()._monitor_workers(worker_group)
         if st is None:
             return result
+        self._maybe_release_analysis(st, worker_group)
         if result.state == WorkerState.FAILED:
+            self.attribution.hold()  # a restart follows: analysis waits until it is done
             st.failure = self._describe_failures(st, result) or "worker group failed"
         elif result.state == WorkerState.SUCCEEDED:
             st.log.event("all ranks exited with code 0")
@@ -293,8 +331,21 @@ class RelaunchAgent(LocalElasticAgent):
                 st.log.event(text)
                 self.say(f"cycle {st.cycle}: {text}")
                 st.failure = text
+                self.attribution.hold()
                 return RunResult(state=WorkerState.FAILED)
         return result
+
+    def _maybe_release_analysis(self, st: _CycleState, worker_group: WorkerGroup) -> None:
+        """Let queued analyses run once the new workers are up: every local rank has
+        talked to the launcher, or RELEASE_AFTER_S passed. Until then the CPU and the GIL
+        belong to the restart."""
+        if self._gate_open:
+            return
+        seen = self._monitor.ranks_seen() if self._monitor is not None else set()
+        local = {w.global_rank for w in worker_group.workers}
+        if local <= seen or time.monotonic() - st.started >= RELEASE_AFTER_S:
+            self._gate_open = True
+            self.attribution.release()
 
     def _describe_failures(self, st: _CycleState, result: RunResult) -> str:
         first = st.first_failed
@@ -415,6 +466,16 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
     )
 
 
+def funnel_sink_factory(address: str) -> Any:
+    """Cycle logs to the gRPC log funnel writer at `address` (its root: the job dir)."""
+    from launcher.funnel import FunnelSink
+
+    def make(path: str, cycle: int, node: int | None) -> LineSink:
+        return FunnelSink(address, Path(path).name, node_id=f"node{node or 0}")
+
+    return make
+
+
 def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None) -> int:
     """Run one `relaunch run` job to its end; returns the exit code (see docs/launcher.md)."""
     settings.job_dir.mkdir(parents=True, exist_ok=True)
@@ -438,6 +499,8 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
             llm_config=settings.llm_config,
         )
 
+    if sink_factory is None and settings.ft_log_funnel:
+        sink_factory = funnel_sink_factory(settings.ft_log_funnel)
     spec = build_spec(settings)
     agent = RelaunchAgent(
         spec, settings, RankLogsSpecs(str(settings.job_dir)), attribution_factory, out, sink_factory

@@ -39,6 +39,8 @@ class VerdictInfo:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
+
 OnVerdict = Callable[[VerdictInfo], None]
 OnWarning = Callable[[str], None]
 
@@ -51,9 +53,12 @@ class AttributionClient:
     def __init__(self, on_verdict: OnVerdict, on_warning: OnWarning) -> None:
         self.on_verdict = on_verdict
         self.on_warning = on_warning
-        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], bool] | None] = queue.SimpleQueue()
         self._pending = 0
         self._cond = threading.Condition()
+        # The gate keeps analysis off the restart path: closed while workers are being
+        # (re)started, opened once they run. A closed gate delays work by at most GATE_MAX_S.
+        self._gate = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="relaunch-attribution", daemon=True)
         self._thread.start()
 
@@ -64,8 +69,17 @@ class AttributionClient:
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
         self._submit(lambda: self._analyze_safely(job_id, cycle, log_path, node))
 
+    def hold(self) -> None:
+        """Workers are being (re)started: keep the analysis thread quiet."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Workers run: the analysis thread may work."""
+        self._gate.set()
+
     def drain(self, timeout: float) -> bool:
         """Wait up to `timeout` s for queued work (used only when the job is over)."""
+        self.release()
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._pending:
@@ -87,16 +101,19 @@ class AttributionClient:
         raise NotImplementedError
 
     # -- machinery ------------------------------------------------------------
-    def _submit(self, task: Callable[[], None]) -> None:
+    def _submit(self, task: Callable[[], None], *, gated: bool = True) -> None:
         with self._cond:
             self._pending += 1
-        self._tasks.put(task)
+        self._tasks.put((task, gated))
 
     def _loop(self) -> None:
         while True:
-            task = self._tasks.get()
-            if task is None:
+            item = self._tasks.get()
+            if item is None:
                 return
+            task, gated = item
+            if gated:
+                self._gate.wait(GATE_MAX_S)
             try:
                 task()
             except Exception as exc:  # a bug in a task must not kill the thread
@@ -159,7 +176,8 @@ class EmbeddedClient(AttributionClient):
         self._engine: Any | None = None
         self._repo: Any | None = None
         super().__init__(on_verdict, on_warning)
-        self._submit(self._open)  # open (and migrate) the database off the restart path
+        # open (and migrate) the database at once, while the first workers start up
+        self._submit(self._open, gated=False)
 
     def _open(self) -> None:
         from attribution.engine import AttributionEngine

@@ -169,7 +169,8 @@ OPTIONS: tuple[Option, ...] = (
         "ft_log_funnel",
         str,
         "",
-        "send cycle log lines to this gRPC log funnel instead of local files",
+        "HOST:PORT or unix:/PATH of a log funnel writer (root: <log-dir>/<job-id>): cycle "
+        "log lines go there instead of local files",
     ),
     Option(
         "--ft-keep-rank-logs",
@@ -349,6 +350,19 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
         raise ConfigError(f"--job-id {settings.job_id!r}: must not contain '/'")
     if settings.max_nodes > 1 and not settings.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint HOST:PORT is required when --nnodes allows > 1 node")
+    if settings.ft_log_funnel and (
+        ":" not in settings.ft_log_funnel or settings.ft_log_funnel.endswith(":")
+    ):
+        raise ConfigError(
+            f"--ft-log-funnel {settings.ft_log_funnel!r}: expected HOST:PORT or unix:/PATH"
+        )
+    if settings.ft_node_health_check_endpoint:
+        from launcher.health.external import normalize_endpoint
+
+        try:
+            normalize_endpoint(settings.ft_node_health_check_endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"--ft-node-health-check-endpoint: {exc}") from None
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
     return settings

@@ -11,10 +11,12 @@ lines of different ranks are never torn or interleaved mid-line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -149,8 +151,18 @@ class CycleLog:
     closes the sink and removes the spool.
     """
 
-    def __init__(self, sink: LineSink, *, keep_spool: bool = False) -> None:
+    def __init__(
+        self,
+        sink: LineSink,
+        *,
+        keep_spool: bool = False,
+        fallback_path: str | os.PathLike[str] | None = None,
+        on_sink_error: Callable[[str], None] | None = None,
+    ) -> None:
         self.sink = sink
+        self._fallback_path = fallback_path
+        self._on_sink_error = on_sink_error
+        self.sink_error: str | None = None
         self._sources: list[_Source] = []
         self._events: queue.SimpleQueue[tuple[str, threading.Event | None]] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -163,6 +175,25 @@ class CycleLog:
     @property
     def path(self) -> Path | None:
         return getattr(self.sink, "path", None)
+
+    def _write(self, line: str) -> None:
+        """Write to the sink; if it fails (a funnel writer gone), switch to the local file."""
+        try:
+            self.sink.write_line(line)
+            return
+        except Exception as exc:
+            if self._fallback_path is None or isinstance(self.sink, FileSink):
+                raise
+            self.sink_error = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            self.sink.close()
+        self.sink = FileSink(self._fallback_path)
+        self.sink.write_line(
+            f"{LAUNCHER_PREFIX}warning: log sink failed ({self.sink_error}); lines continue here"
+        )
+        if self._on_sink_error is not None:
+            self._on_sink_error(self.sink_error)
+        self.sink.write_line(line)
 
     def add_ranks(self, ranks: dict[int, int], spool_dir: str) -> None:
         with self._lock:
@@ -189,7 +220,7 @@ class CycleLog:
                 text = _decode(raw)
                 if text.startswith(torch_prefix):  # torch's own excepthook prefix: redundant
                     text = text[len(torch_prefix) :]
-                self.sink.write_line(f"[rank {src.rank}]: {text}")
+                self._write(f"[rank {src.rank}]: {text}")
                 wrote = True
         return wrote
 
@@ -202,7 +233,7 @@ class CycleLog:
                 return wrote
             self._write_rank_lines()
             for line in text.splitlines() or [""]:
-                self.sink.write_line(LAUNCHER_PREFIX + line)
+                self._write(LAUNCHER_PREFIX + line)
             wrote = True
             self._flush()
             if done is not None:
@@ -211,7 +242,10 @@ class CycleLog:
     def _flush(self) -> None:
         flush = getattr(self.sink, "flush", None)
         if flush is not None:
-            flush()
+            try:
+                flush()
+            except Exception as exc:
+                self._write(f"{LAUNCHER_PREFIX}warning: log sink flush failed: {exc}")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -231,6 +265,11 @@ class CycleLog:
         self._write_rank_lines(final=True)
         self._write_events()
         self._flush()
-        self.sink.close()
+        try:
+            self.sink.close()
+        except Exception as exc:
+            self.sink_error = f"{type(exc).__name__}: {exc}"
+            if self._on_sink_error is not None:
+                self._on_sink_error(f"closing the log sink: {self.sink_error}")
         if self._spool and not self._keep_spool:
             shutil.rmtree(self._spool, ignore_errors=True)

@@ -74,6 +74,10 @@ class RankMonitor:
             elif kind == "sec_end":
                 st.section = None
 
+    def ranks_seen(self) -> set[int]:
+        with self._lock:
+            return set(self._ranks)
+
     def find_hang(self) -> Hang | None:
         """The rank silent longest beyond its timeout, or None."""
         now = self.clock()
