@@ -143,7 +143,11 @@ class LineInterpreter:
                     if t in body:
                         hit.add(i)
         rows = self.registry.patterns
-        return [rows[i] for i in sorted(hit)]
+        return [
+            rows[i]
+            for i in sorted(hit)
+            if not rows[i].requires or any(r in body for r in rows[i].requires)
+        ]
 
     def _record(self, ev: Evidence) -> None:
         if ev.node:

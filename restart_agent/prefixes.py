@@ -24,15 +24,17 @@ _PREFIX = re.compile(
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
 _LAUNCHER_RANK = re.compile(r"\brank[= ](\d+)\b")
 
-# Every rank prefix, as bytes, each preceded by the newline that starts its line.
-RANK_BYTES: tuple[re.Pattern[bytes], ...] = (
-    re.compile(rb"\n\[rank ?(\d+)\]:"),
-    re.compile(rb"\n\[default(\d+)\]:"),
-    re.compile(rb"\n\[\d+,(\d+)\]<std(?:out|err)>:"),
-    re.compile(rb"\n *(\d+): "),
+# Every rank prefix over raw bytes, each preceded by the newline that starts its line:
+# (head, tail, full regex) with the rank digits between head and tail.
+RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
+    (head, tail, re.compile(head + rb"(\d+)" + tail))
+    for head, tail in (
+        (rb"\n\[rank ?", rb"\]:"),
+        (rb"\n\[default", rb"\]:"),
+        (rb"\n\[\d+,", rb"\]<std(?:out|err)>:"),
+        (rb"\n *", rb": "),
+    )
 )
-# Literal that must be in a chunk for the matching RANK_BYTES entry to find anything.
-RANK_LITERALS: tuple[bytes | None, ...] = (b"\n[rank", b"\n[default", b"]<std", None)
 
 
 @dataclass(frozen=True)

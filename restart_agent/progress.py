@@ -3,8 +3,11 @@
 Dialects are data (`progress.yaml`, extendable via RELAUNCH_PROGRESS_DIALECTS). Only the
 first and the last progress line of a log matter, so instead of looking at every line the
 tracker searches each region backwards from its end (`bytes.rfind` on the dialects'
-anchors) and stops at the first line that matches; the first iteration is searched
-forwards once. Nothing matched means `Progress(known=False)`: unknown, never "none".
+anchors) and stops at the first line that matches. When an anchor keeps turning up in
+lines that are not progress reports (say `checkpoint` in warning paths), it switches to
+one C-level `finditer` of the dialects' byte regexes over what is left of the region, so
+the cost stays bounded. The first iteration is searched forwards the same way, once.
+Nothing matched means `Progress(known=False)`: unknown, never "none".
 """
 
 from __future__ import annotations
@@ -13,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from restart_agent.model import Progress
-from restart_agent.prefixes import split_prefix
 from restart_agent.registry import DialectRow
 
 LineAt = Callable[[bytes, int], tuple[int, int, bytes]]
+TRIES = 32  # non-matching anchor hits looked at in Python before one C-level pass
 
 
 @dataclass(frozen=True)
 class _Hit:
-    line: int
+    start: int  # offset of the line in its region
     dialect: str
     iteration: int | None
     path: str | None
@@ -30,15 +33,10 @@ class _Hit:
 def _interpret(
     raw: bytes, dialects: tuple[DialectRow, ...]
 ) -> tuple[str, int | None, str | None] | None:
-    text = raw.decode("utf-8", "replace").rstrip("\r")
-    body = split_prefix(text.rsplit("\r", 1)[-1] if "\r" in text else text).body
-    if "\r" in text and not any(d.anchor in body for d in dialects):
-        body = split_prefix(text).body
+    """The progress a line reports: (dialect id, iteration, path), first dialect that fits."""
     for d in dialects:
-        if d.anchor not in body:
-            continue
         last = None
-        for last in d.regex.finditer(body):  # noqa: B007 - the last match counts
+        for last in d.bregex.finditer(raw):  # noqa: B007 - the last match counts
             pass
         if last is None:
             continue
@@ -46,101 +44,138 @@ def _interpret(
         it = int(g["it"]) if g.get("it") else None
         if it is not None and g.get("epoch") and g.get("total"):
             it = int(g["epoch"]) * int(g["total"]) + it
-        if it is None and not g.get("path"):
+        path = g["path"].decode("utf-8", "replace") if g.get("path") else None
+        if it is None and path is None:
             continue
-        return d.id, it, g.get("path")
+        return d.id, it, path
     return None
+
+
+class _Kind:
+    """Search for the dialects of one kind (iteration or checkpoint)."""
+
+    def __init__(self, dialects: tuple[DialectRow, ...]) -> None:
+        self.dialects = dialects
+        groups: dict[bytes, list[DialectRow]] = {}
+        for d in dialects:
+            groups.setdefault(d.anchor.encode(), []).append(d)
+        self.groups = [(a, tuple(ds)) for a, ds in groups.items()]
+
+    def last(self, region: bytes, line_at: LineAt) -> _Hit | None:
+        best: _Hit | None = None
+        floor = 1
+        for anchor, ds in self.groups:
+            end = len(region)
+            tries = 0
+            while True:
+                p = region.rfind(anchor, floor, end)
+                if p < 0:
+                    break
+                start, stop, raw = line_at(region, p)
+                got = _interpret(raw, ds)
+                if got is not None:
+                    best, floor = _Hit(start, *got), stop
+                    break
+                end = start
+                tries += 1
+                if tries >= TRIES:
+                    hit = self._scan(region, floor, end, ds, line_at, last=True)
+                    if hit is not None:
+                        best, floor = hit, line_at(region, hit.start)[1]
+                    break
+        return best
+
+    def first(self, region: bytes, line_at: LineAt) -> _Hit | None:
+        best: _Hit | None = None
+        ceiling = len(region)
+        for anchor, ds in self.groups:
+            begin = 1
+            tries = 0
+            while True:
+                p = region.find(anchor, begin, ceiling)
+                if p < 0:
+                    break
+                start, stop, raw = line_at(region, p)
+                got = _interpret(raw, ds)
+                if got is not None:
+                    best, ceiling = _Hit(start, *got), start
+                    break
+                begin = stop
+                tries += 1
+                if tries >= TRIES:
+                    hit = self._scan(region, begin, ceiling, ds, line_at, last=False)
+                    if hit is not None:
+                        best, ceiling = hit, hit.start
+                    break
+        return best
+
+    @staticmethod
+    def _scan(
+        region: bytes, lo: int, hi: int, ds: tuple[DialectRow, ...], line_at: LineAt, last: bool
+    ) -> _Hit | None:
+        found = None
+        for d in ds:
+            for m in d.bregex.finditer(region, lo, hi):
+                if found is None or (m.start() > found if last else m.start() < found):
+                    found = m.start()
+                if not last:
+                    break
+        while found is not None:
+            start, stop, raw = line_at(region, found)
+            got = _interpret(raw, ds)
+            if got is not None:
+                return _Hit(start, *got)
+            # the match fell in the cut-out middle of an over-long line: look further
+            found = None
+            if last:
+                for d in ds:
+                    for m in d.bregex.finditer(region, lo, start):
+                        found = m.start() if found is None else max(found, m.start())
+            else:
+                for d in ds:
+                    m = d.bregex.search(region, stop, hi)
+                    if m and (found is None or m.start() < found):
+                        found = m.start()
+        return None
 
 
 class ProgressTracker:
     """Keeps the first/last iteration line and the last checkpoint line of a stream."""
 
     def __init__(self, dialects: tuple[DialectRow, ...]) -> None:
-        self.iteration = tuple(d for d in dialects if d.kind == "iteration")
-        self.checkpoint = tuple(d for d in dialects if d.kind == "checkpoint")
-        self._it_anchors = tuple(dict.fromkeys(d.anchor.encode() for d in self.iteration))
-        self._ck_anchors = tuple(dict.fromkeys(d.anchor.encode() for d in self.checkpoint))
-        self.first: _Hit | None = None
-        self.last: _Hit | None = None
-        self.last_ckpt: _Hit | None = None
+        self._it = _Kind(tuple(d for d in dialects if d.kind == "iteration"))
+        self._ck = _Kind(tuple(d for d in dialects if d.kind == "checkpoint"))
+        self.first: tuple[int, _Hit] | None = None  # (line number, hit)
+        self.last: tuple[int, _Hit] | None = None
+        self.last_ckpt: tuple[int, _Hit] | None = None
 
     def region(self, region: bytes, base_line: int, line_at: LineAt) -> None:
         """Look at one region (starts with the newline before its first line)."""
-        hit = self._search_last(region, base_line, line_at, self._it_anchors, self.iteration)
+        hit = self._it.last(region, line_at)
         if hit is not None:
-            self.last = hit
+            self.last = (base_line + region.count(b"\n", 0, hit.start), hit)
             if self.first is None:
-                self.first = self._search_first(region, base_line, line_at) or hit
-        ck = self._search_last(region, base_line, line_at, self._ck_anchors, self.checkpoint)
+                first = self._it.first(region, line_at) or hit
+                self.first = (base_line + region.count(b"\n", 0, first.start), first)
+        ck = self._ck.last(region, line_at)
         if ck is not None:
-            self.last_ckpt = ck
-
-    def _search_last(
-        self,
-        region: bytes,
-        base_line: int,
-        line_at: LineAt,
-        anchors: tuple[bytes, ...],
-        dialects: tuple[DialectRow, ...],
-    ) -> _Hit | None:
-        best: tuple[int, str, int | None, str | None] | None = None  # (line start, ...)
-        floor = 1
-        for anchor in anchors:
-            end = len(region)
-            while True:
-                p = region.rfind(anchor, floor, end)
-                if p < 0:
-                    break
-                start, stop, raw = line_at(region, p)
-                got = _interpret(raw, dialects)
-                if got is not None:
-                    if best is None or start > best[0]:
-                        best = (start, *got)
-                        floor = stop
-                    break
-                end = start
-        if best is None:
-            return None
-        line = base_line + region.count(b"\n", 0, best[0])
-        return _Hit(line, best[1], best[2], best[3])
-
-    def _search_first(self, region: bytes, base_line: int, line_at: LineAt) -> _Hit | None:
-        best: tuple[int, str, int | None, str | None] | None = None
-        ceiling = len(region)
-        for anchor in self._it_anchors:
-            start_at = 1
-            while True:
-                p = region.find(anchor, start_at, ceiling)
-                if p < 0:
-                    break
-                start, stop, raw = line_at(region, p)
-                got = _interpret(raw, self.iteration)
-                if got is not None and got[1] is not None:
-                    if best is None or start < best[0]:
-                        best = (start, *got)
-                        ceiling = start
-                    break
-                start_at = stop
-        if best is None:
-            return None
-        line = base_line + region.count(b"\n", 0, best[0])
-        return _Hit(line, best[1], best[2], best[3])
+            self.last_ckpt = (base_line + region.count(b"\n", 0, ck.start), ck)
 
     def result(self) -> Progress:
         if self.last is None and self.last_ckpt is None:
             return Progress(known=False)
-        last = self.last
-        ck = self.last_ckpt
+        last = self.last[1] if self.last else None
+        ck = self.last_ckpt[1] if self.last_ckpt else None
+        ck_name = None
+        if ck is not None:
+            ck_name = ck.path or (f"iteration {ck.iteration}" if ck.iteration is not None else None)
+        line = self.last[0] if self.last else (self.last_ckpt[0] if self.last_ckpt else None)
         return Progress(
             known=True,
             last_iteration=last.iteration if last else None,
-            first_iteration=self.first.iteration if self.first else None,
-            last_checkpoint=(
-                ck.path or (f"iteration {ck.iteration}" if ck.iteration is not None else None)
-            )
-            if ck
-            else None,
+            first_iteration=self.first[1].iteration if self.first else None,
+            last_checkpoint=ck_name,
             checkpoint_iteration=ck.iteration if ck else None,
             dialect=last.dialect if last else (ck.dialect if ck else None),
-            line=last.line if last else (ck.line if ck else None),
+            line=line,
         )

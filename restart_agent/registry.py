@@ -55,6 +55,7 @@ class PatternRow:
     recoverability: str
     triggers: tuple[str, ...]
     examples: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class DialectRow:
     kind: str
     anchor: str
     regex: re.Pattern[str]
+    bregex: re.Pattern[bytes]  # the same pattern over raw bytes (what the scanner runs)
     examples: tuple[str, ...] = ()
 
 
@@ -126,6 +128,7 @@ def _pattern_rows(path: Path, data: dict[str, Any]) -> list[PatternRow]:
                     RECOVERABILITY,
                 ),
                 triggers=_triggers(path, rid, raw.get("triggers")),
+                requires=_triggers(path, rid, raw["requires"]) if raw.get("requires") else (),
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
             )
         )
@@ -163,22 +166,53 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
         if not isinstance(raw, dict) or not raw.get("id"):
             raise RegistryError(f"{path}: dialect row {i} needs an id")
         rid = str(raw["id"])
-        anchor = raw.get("anchor")
-        if not isinstance(anchor, str) or not anchor:
-            raise RegistryError(f"{path}: row {rid!r}: anchor must be a non-empty string")
         rx = _compile(path, rid, raw.get("regex"))
         if "it" not in rx.groupindex and "path" not in rx.groupindex:
             raise RegistryError(f"{path}: row {rid!r}: regex needs a named group 'it' or 'path'")
+        try:
+            brx = re.compile(rx.pattern.encode("ascii"))
+        except (UnicodeEncodeError, re.error) as exc:
+            raise RegistryError(f"{path}: row {rid!r}: regex must be ASCII: {exc}") from exc
+        anchor = raw.get("anchor") or leading_literal(rx.pattern)
+        if not isinstance(anchor, str) or not anchor:
+            raise RegistryError(
+                f"{path}: row {rid!r}: regex must start with a literal (or give an anchor)"
+            )
         rows.append(
             DialectRow(
                 id=rid,
                 kind=_choice(path, rid, "kind", raw.get("kind"), KINDS),
                 anchor=anchor,
                 regex=rx,
+                bregex=brx,
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
             )
         )
     return rows
+
+
+_META = set(".^$*+?{}[]()|\\")
+
+
+def leading_literal(pattern: str) -> str:
+    """The literal text a regex starts with (escapes resolved), '' if none."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in _META:
+            break
+        out.append(c)
+        i += 1
+    lit = "".join(out)
+    # a quantifier right after the literal applies to its last character
+    if i < len(pattern) and pattern[i] in "*?{" and lit:
+        lit = lit[:-1]
+    return lit
 
 
 def _env_paths(name: str) -> list[Path]:

@@ -27,8 +27,8 @@ import re
 
 from restart_agent.lines import LineInterpreter
 from restart_agent.model import CycleEvidence, Evidence
-from restart_agent.prefixes import RANK_BYTES, RANK_LITERALS
 from restart_agent.progress import ProgressTracker
+from restart_agent.ranks import RankCollector
 from restart_agent.registry import Registry, default_registry
 
 HEAD = 32 * 1024  # bytes kept from the start of an over-long line
@@ -49,10 +49,9 @@ def compile_prefilter(triggers: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...
     groups: dict[bytes, list[bytes]] = {}
     for t in sorted(set(triggers)):
         raw = t.encode()
-        groups.setdefault(raw[:1], []).append(raw)
+        groups.setdefault(raw[:1], []).append(re.escape(raw))
     return tuple(
-        re.compile(b"|".join(re.escape(x) for x in sorted(v, key=len, reverse=True)))
-        for _, v in sorted(groups.items())
+        re.compile(b"|".join(sorted(v, key=len, reverse=True))) for _, v in sorted(groups.items())
     )
 
 
@@ -83,7 +82,7 @@ class LogScanner:
         self._head: bytes | None = None  # first HEAD bytes of a pending over-long line
         self._lines = 0  # complete lines processed
         self._bytes = 0
-        self._ranks: set[int] = set()
+        self._ranks = RankCollector()
         self._finished: CycleEvidence | None = None
 
     # ------------------------------------------------------------------ streaming
@@ -138,7 +137,7 @@ class LogScanner:
     def _process(self, region: bytes) -> None:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
-        self._collect_ranks(region)
+        self._ranks.region(region)
         starts = self._candidates(region)
         if starts:
             line = self._interp.line
@@ -180,14 +179,6 @@ class LogScanner:
         found = {m.group().decode() for rx in self._passes for m in rx.finditer(raw)}
         return found or False
 
-    def _collect_ranks(self, region: bytes) -> None:
-        for rx, lit in zip(RANK_BYTES, RANK_LITERALS, strict=True):
-            if lit is not None and lit not in region:
-                continue
-            found = rx.findall(region)
-            if found:
-                self._ranks.update(map(int, set(found)))
-
     # ------------------------------------------------------------------ result
     def _evidence(self, truncated: bool) -> CycleEvidence:
         it = self._interp
@@ -199,7 +190,7 @@ class LogScanner:
             cascades=it.cascades(),
             diagnostics=list(it.diagnostics),
             progress=self._progress.result(),
-            ranks_seen=sorted(self._ranks),
+            ranks_seen=sorted(self._ranks.ranks),
             failed_ranks=sorted(it.failed_ranks),
             nodes=sorted(it.nodes),
             lines=lines,

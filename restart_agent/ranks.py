@@ -1,0 +1,69 @@
+"""Exact set of ranks seen in a log, at C speed.
+
+`findall` over every rank prefix is exact but creates one object per line. Once the ranks
+seen so far are exactly 0..N-1 (the usual case after the first chunk), a small regex that
+matches only a prefix with a rank >= N (or a zero-padded one) tells in one C-level pass
+whether a region could add anything; only then is `findall` run on it. The result is the
+same as running `findall` everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+from restart_agent.prefixes import RANK_FORMATS
+
+
+def at_least(n: int) -> str:
+    """Regex for decimal numbers >= n (plus any zero-padded number, to be re-checked)."""
+    alts = [r"0\d"]  # zero-padded: let findall decide
+    s = str(n)
+    length = len(s)
+    alts.append(rf"[1-9]\d{{{length},}}")  # more digits
+    if n == 0:
+        return r"\d+"
+    for i, ch in enumerate(s):
+        d = int(ch)
+        if d < 9:
+            first = "[1-9]" if i == 0 else ""
+            lo = d + 1
+            cls = f"[{lo}-9]" if lo < 9 else "9"
+            if i == 0 and first:
+                cls = f"[{max(lo, 1)}-9]" if max(lo, 1) < 9 else "9"
+            rest = length - i - 1
+            alts.append(re.escape(s[:i]) + cls + (rf"\d{{{rest}}}" if rest else ""))
+    alts.append(re.escape(s))
+    return "(?:" + "|".join(alts) + r")(?!\d)"
+
+
+class RankCollector:
+    """Collects ranks region by region; `ranks` is exact after every `region()` call."""
+
+    def __init__(self) -> None:
+        self.ranks: set[int] = set()
+        self._seen: list[set[int]] = [set() for _ in RANK_FORMATS]
+        self._detector: re.Pattern[bytes] | None = self._build()
+
+    def _build(self) -> re.Pattern[bytes] | None:
+        """One regex for 'a prefix this collector has not seen', over all formats."""
+        alts = []
+        for (head, tail, _), seen in zip(RANK_FORMATS, self._seen, strict=True):
+            n = len(seen)
+            if seen and max(seen) != n - 1:
+                return None  # not exactly 0..n-1: fall back to findall everywhere
+            alts.append(head[2:] + at_least(n).encode() + tail)  # head starts with \\n
+        return re.compile(rb"\n(?:" + b"|".join(alts) + b")")
+
+    def region(self, region: bytes) -> None:
+        if self._detector is not None and self._detector.search(region) is None:
+            return
+        changed = False
+        for (_, _, full), seen in zip(RANK_FORMATS, self._seen, strict=True):
+            found = full.findall(region)
+            if found:
+                before = len(seen)
+                seen.update(map(int, set(found)))
+                changed = changed or len(seen) != before
+        if changed or self._detector is None:
+            self.ranks = set().union(*self._seen)
+            self._detector = self._build()
