@@ -88,9 +88,8 @@ class ServiceState:
         self.engine = AttributionEngine(
             self.repo, policy=settings.policy, audit_dir=settings.audit_dir
         )
-        self._engine_takes_evidence = (
-            "evidence" in inspect.signature(self.engine.analyze_cycle).parameters
-        )
+        params = inspect.signature(self.engine.analyze_cycle).parameters
+        self._engine_takes_evidence = "evidence" in params and "log_identity" in params
         self.listeners: list[Any] = []
         self._install_listeners()
         self.executor = ThreadPoolExecutor(
