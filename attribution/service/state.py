@@ -383,12 +383,12 @@ class ServiceState:
                 log_identity=identity,
             )
         t0 = time.perf_counter()
-        history = engine.history(tl.job_id, tl.cycle)
-        if fr is None:
-            fr = engine._stored_fr_ranks(tl.job_id, tl.cycle)
+        history = engine.history(tl.job_id, tl.cycle)  # stored FR ranks: see _run_analysis
         result = decide(evidence, history, engine.policy, fr_culprit_ranks=fr).to_dict()
         self.repo.save_verdict(tl.job_id, tl.cycle, result, log_identity=identity)
         elapsed_ms = (scan_s + time.perf_counter() - t0) * 1000.0
+        # The engine's listener queue (audit, webhook, Slack, LLM); a public hook for
+        # evidence read elsewhere is requested from the engine's owner.
         engine._notify(
             VerdictEvent(
                 job_id=tl.job_id,
