@@ -21,8 +21,11 @@ REAL_DUMPS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "f
 
 
 def real_dumps_dir(name: str) -> Path:
-    """The shared real NCCL dump set `name` (gpu_error_2nd, lock_gil_1st)."""
-    for base in (REAL_DUMPS, Path("/work/shared/data/fr_dumps")):
+    """The shared real NCCL dump set `name` (gpu_error_2nd, lock_gil_1st): next to the
+    repository in shared/data/fr_dumps, or under $RELAUNCH_FR_DUMPS; skips when absent."""
+    import os
+
+    for base in (Path(os.environ.get("RELAUNCH_FR_DUMPS", REAL_DUMPS)), REAL_DUMPS):
         if (base / name).is_dir():
             return base / name
     import pytest
