@@ -194,3 +194,24 @@ def test_parallel_reading_matches_serial(tmp_path: Path) -> None:
     parallel = analyze_paths([tmp_path], workers=2)
     assert json.dumps(serial, sort_keys=True) == json.dumps(parallel, sort_keys=True)
     assert serial["culprit_ranks"] == [3, 11]
+
+
+@pytest.mark.parametrize("bad", [None, "x", -1, [], {}, [[1]], 2.5, True])
+def test_wrong_typed_fields_never_crash(tmp_path: Path, bad: object) -> None:
+    """Every field of every entry, pg_status and pg_config replaced by a wrong-typed value:
+    the set is still analysed (the damaged rank may become unreadable), never a crash."""
+    base = stalled_allreduce_job(3, culprits=[1], steps=2)
+    fields = list(base[0]["entries"][0]) + ["pg_status", "pg_config", "version", "entries"]
+    for i, field in enumerate(fields):
+        dumps = stalled_allreduce_job(3, culprits=[1], steps=2)
+        d = dumps[0]
+        if field in d:
+            d[field] = bad
+        else:
+            for e in d["entries"]:
+                e[field] = bad
+        out = tmp_path / str(i)
+        write_dumps(dumps, out)
+        result = analyze_paths([out])
+        assert result["ranks_read"] + len(result["unreadable"]) == 3, field
+        json.dumps(result)

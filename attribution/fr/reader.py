@@ -340,7 +340,7 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     by_key: dict[Any, list[dict[str, Any]]] = {}
     for e in entries:  # the hot loop: one dict lookup per entry
         k = e.get("pg_id")
-        if k is None:
+        if k is None or not isinstance(k, (int, str)):
             k = ("name", _entry_group(e)[0])
         lst = by_key.get(k)
         if lst is None:
@@ -477,6 +477,10 @@ def _derive(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
         gs.stalled_at = (last_ch, gs.status[2] + 1)  # its entries fell out of the ring buffer
 
 
+def _as_list(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, (list, tuple)) else []
+
+
 def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
     """Pending entries as ops in record order; entries sharing a seq (coalesced) merge."""
     ops: dict[tuple[str, int], Op] = {}
@@ -484,9 +488,9 @@ def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
         pname = str(e.get("profiling_name", ""))
         m = _PEER_RE.search(pname)
         peers: tuple[tuple[int, int], ...] = ((int(m.group(2)), int(m.group(4))),) if m else ()
-        sizes = list(e.get("input_sizes") or [])
-        out_sizes = list(e.get("output_sizes") or [])
-        dtypes = [str(d) for d in (e.get("input_dtypes") or [])]
+        sizes = _as_list(e.get("input_sizes"))
+        out_sizes = _as_list(e.get("output_sizes"))
+        dtypes = [str(d) for d in _as_list(e.get("input_dtypes"))]
         op = ops.get((ch, seq))
         if op is None:
             ops[(ch, seq)] = Op(
@@ -545,6 +549,8 @@ def _read_one(path: str) -> RankDump | DumpProblem:
         return DumpProblem(path, rank, f"unreadable: {exc.strerror or exc.__class__.__name__}")
     except RecursionError:
         return DumpProblem(path, rank, "corrupt dump (nesting too deep)")
+    except Exception as exc:  # a well-formed pickle of the wrong shape must not crash a set
+        return DumpProblem(path, rank, f"not a usable Flight Recorder dump ({exc!r:.80})")
 
 
 def _read_chunk(paths: list[str]) -> list[RankDump | DumpProblem]:
