@@ -7,7 +7,7 @@ One run, same machine, same worker script, side by side (trials interleaved):
 - `relaunch-off`      relaunch run --ft-attribution-endpoint off (no analysis)
 
 The worker (2 ranks, no torch import so the launcher dominates) records `time.time()` as
-its first statement; in cycle 0 rank 0 runs `--die-after` seconds (default 3), records its
+its first statement; in cycle 0 rank 0 runs `--die-after` seconds (default 5), records its
 death time and SIGKILLs itself. The
 restart latency is start(cycle 1, first rank) - death(cycle 0). Reported: median and
 min over trials, and the ratios relaunch/torchrun (target <= 1.10) and
@@ -81,9 +81,9 @@ def main() -> int:
     p.add_argument(
         "--die-after",
         type=float,
-        default=3.0,
-        help="seconds rank 0 runs in cycle 0 before its death (default 3: past the launcher's "
-        "start-up work, as in a job that has been training)",
+        default=5.0,
+        help="seconds rank 0 runs in cycle 0 before its death (default 5: past the launcher's "
+        "one-time start-up work, opening the database, as in a job that has been training)",
     )
     a = p.parse_args()
     kinds = ["torchrun", "relaunch", "relaunch-off"]

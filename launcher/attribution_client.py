@@ -192,6 +192,27 @@ class EmbeddedClient(AttributionClient):
                 self.on_warning(f"audit artifacts unavailable: {exc}")
             else:
                 self._engine.add_listener(AuditWriter(self.audit_dir, repo=self._repo))
+        if self._llm_config is not None:
+            from attribution.enrichment import EnrichmentListener
+
+            self._engine.add_listener(
+                EnrichmentListener(
+                    self._repo,
+                    self._llm_config,
+                    audit_dir=self.audit_dir,
+                    on_result=self._llm_result,
+                )
+            )
+
+    def _llm_result(self, event: Any, result: dict[str, Any]) -> None:
+        """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""
+        llm = result.get("llm") or {}
+        if (
+            result.get("decision") == "STOP"
+            and llm.get("contributed")
+            and (event.verdict or {}).get("decision") != "STOP"
+        ):
+            self.on_verdict(_from_verdict_dict(int(event.cycle), result, "embedded+llm"))
 
     def _ready(self) -> Any:
         if self._engine is None:
