@@ -214,3 +214,39 @@ def test_stop_action_log_only_records(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stderr  # the budget ends the job, not the verdict
     assert cycle_logs(tmp_path, "logonly") == ["cycle_0.log", "cycle_1.log", "cycle_2.log"]
     assert "decision=STOP" in r.stderr
+
+
+def test_sigterm_to_launcher_stops_workers(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests._launcher_helpers import relaunch_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relaunch_cli", "run"]
+        + job_args(tmp_path, "sig", "--ft-attribution-endpoint", "off")
+        + [str(WORKER), "--mode", "sleep"],
+        cwd=tmp_path,
+        env=relaunch_env(tmp_path),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "logs" / "sig" / "cycle_0.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "hello from rank 1" in log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "workers never started"
+        time.sleep(0.2)
+    pids = [int(p) for p in re.findall(r"pid (\d+)", log.read_text())]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "received SIGTERM; workers stopped" in err
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"worker {pid} still alive")

@@ -131,7 +131,7 @@ def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
     seen = {}
     for k in (0, 1):
         text = (tmp_path / "logs" / "two" / f"cycle_0.node{k}.log").read_text()
-        m = re.search(r"^\[rank (\d)\]: hello from rank \1 of 2 in cycle 0$", text, re.M)
+        m = re.search(r"^\[rank (\d)\]: hello from rank \1 of 2 in cycle 0 pid \d+$", text, re.M)
         assert m, text
         seen[k] = int(m.group(1))
         assert f"[relaunch] cycle 0 start: job=two node={k} " in text

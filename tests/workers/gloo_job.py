@@ -5,6 +5,7 @@ crash_once: rank 1 SIGKILLs itself mid-run in cycle 0; later cycles succeed.
 hang_once: rank 1 stops heart-beating (sleeps) in cycle 0; later cycles succeed.
 bug: rank 0 hits the same deterministic bug at step 2 of every cycle (no checkpoint).
 fail_always: rank 1 exits with code 7 in every cycle (no analysis-specific text).
+sleep: both ranks sleep 120 s (for signal tests).
 noisy: rank 0 prints a partial line, a huge line and many lines; exit 0.
 """
 
@@ -32,7 +33,10 @@ def main() -> int:
     heartbeat()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    print(f"hello from rank {rank} of {dist.get_world_size()} in cycle {cycle}", flush=True)
+    print(
+        f"hello from rank {rank} of {dist.get_world_size()} in cycle {cycle} pid {os.getpid()}",
+        flush=True,
+    )
     if a.mode == "fail_always" and rank == 1:
         sys.exit(7)
     if a.mode == "noisy" and rank == 0:
@@ -44,6 +48,8 @@ def main() -> int:
         for i in range(200):
             print(f"noise {i}")
         sys.stdout.flush()
+    if a.mode == "sleep":
+        time.sleep(120)
     t = torch.ones(4)
     for step in range(a.steps):
         if a.mode == "bug" and rank == 0 and step == 2:
