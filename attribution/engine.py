@@ -68,25 +68,58 @@ class VerdictEvent:
 Listener = Callable[[VerdictEvent], Any]
 
 
+class _BackgroundHasher:
+    """SHA-256 on a helper thread: hashlib releases the GIL on large buffers, so hashing
+    overlaps with the scan on a second core instead of adding to it. Bounded queue."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._thread = threading.Thread(target=self._run, name="relaunch-log-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        return self._hash.hexdigest()
+
+    def abandon(self) -> None:
+        self._queue.put(None)
+
+
 def scan_with_identity(
     log_path: str | os.PathLike[str], *, hash_log: bool = True, chunk_size: int = CHUNK_SIZE
 ) -> tuple[Any, LogIdentity]:
     """Scan a log in one streaming pass; return (CycleEvidence, LogIdentity).
 
-    Raises FileNotFoundError / IsADirectoryError / PermissionError like `scan_file`.
+    The same chunks feed the scanner and SHA-256 (on a helper thread), so the identity
+    costs no second read. Raises FileNotFoundError / IsADirectoryError / PermissionError
+    like `scan_file`.
     """
     path = os.fspath(log_path)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     scanner = LogScanner()
-    hasher = hashlib.sha256() if hash_log else None
     size = 0
     with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(chunk_size):
-            size += len(chunk)
-            scanner.feed(chunk)
+        hasher = _BackgroundHasher() if hash_log else None
+        try:
+            while chunk := f.read(chunk_size):
+                size += len(chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
+                scanner.feed(chunk)
+        except BaseException:
             if hasher is not None:
-                hasher.update(chunk)
+                hasher.abandon()
+            raise
     evidence = scanner.finish()
     return evidence, LogIdentity(path, size, hasher.hexdigest() if hasher else None)
 
