@@ -62,6 +62,7 @@ class _CycleState:
     node: int | None
     log: CycleLog
     log_path: str
+    spool: str
     started: float
     failure: str | None = None  # why the cycle failed (None: still running or succeeded)
     stopped_by_verdict: bool = False
@@ -205,16 +206,19 @@ class RelaunchAgent(LocalElasticAgent):
             fallback_path=log_path,
             on_sink_error=lambda msg: self.say(f"warning: cycle {cycle} log sink failed: {msg}"),
         )
-        st = _CycleState(cycle, node, log, log_path, time.monotonic())
+        st = _CycleState(cycle, node, log, log_path, spool, time.monotonic())
         with self._state_lock:
             self._state = st
             self._last_log_path = log_path
+            late, self._late_lines = self._late_lines, []
         ranks = [w.global_rank for w in worker_group.workers]
         log.event(
             f"cycle {cycle} start: job={self.settings.job_id} node={node if node is not None else 0} "
             f"ranks={ranks[0]}..{ranks[-1]} world_size={worker_group.workers[0].world_size} "
             f"restarts_left={self._remaining_restarts}/{self.settings.max_restarts}"
         )
+        for text in late:  # verdicts that arrived between two cycles
+            log.event(text)
         self.attribution.register(self.settings.job_id, cycle, log_path, node)
         return st
 
@@ -268,9 +272,7 @@ class RelaunchAgent(LocalElasticAgent):
         pids = super()._start_workers(worker_group)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)
-        st.log.add_ranks(
-            {w.local_rank: w.global_rank for w in worker_group.workers}, self._rank_logs_spool()
-        )
+        st.log.add_ranks({w.local_rank: w.global_rank for w in worker_group.workers}, st.spool)
         return pids
 
     def _wrap_close(self, st: _CycleState) -> None:
@@ -292,9 +294,6 @@ class RelaunchAgent(LocalElasticAgent):
             original(death_sig, timeout_s if timeout is None else timeout)
 
         pc.close = close  # type: ignore[method-assign]
-
-    def _rank_logs_spool(self) -> str:
-        return str(self._rank_logs._spool)
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         st = self._state
