@@ -12,8 +12,11 @@ Use it from the training script (stdlib only, cheap to import, safe outside the 
         report_progress(iteration=it, checkpoint=path_or_None)
 
 Each call sends one JSON datagram to the launcher's Unix socket (`RELAUNCH_FT_SOCKET`).
-Sending never blocks and never raises: when the launcher is gone or the script runs
-without it, the calls do nothing. A rank is supervised for hangs from its first call.
+Sending never blocks for long and never raises: when the launcher is gone or the script
+runs without it, the calls do nothing. Importing this module says `hello` to the
+launcher: from then on the rank is supervised for hangs, with the initial heartbeat
+timeout until its first heartbeat (import it at the top of the script, before the slow
+initialisation) and the heartbeat timeout after that.
 """
 
 from __future__ import annotations
@@ -54,14 +57,14 @@ def _send(kind: str, **fields: Any) -> None:
         try:
             if _sock is None:
                 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            if not _said_hello:
-                _said_hello = True
+            if not _said_hello and kind != "hello":
                 _sock.settimeout(_WAIT_S)
                 _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
+            _said_hello = True
             msg = {"r": _rank(), "c": _cycle(), "k": kind, "t": time.monotonic(), **fields}
             # progress must not be lost: wait briefly for room in the launcher's queue;
             # a heartbeat that finds the queue full is dropped (the next one will do)
-            _sock.settimeout(_WAIT_S if kind == "progress" else 0.0)
+            _sock.settimeout(_WAIT_S if kind in ("progress", "hello") else 0.0)
             _sock.sendto(json.dumps(msg).encode(), path)
         except OSError:
             pass  # launcher gone or queue full: a lost heartbeat is not an error
@@ -115,3 +118,6 @@ def start_heartbeat(interval: float = 5.0) -> None:
 def stop_heartbeat() -> None:
     """Stop the background heartbeat thread, if any."""
     _bg_stop.set()
+
+
+_send("hello")  # the rank is supervised from here (see the module docstring)

@@ -164,6 +164,21 @@ def test_heartbeat_server_with_real_client_process(tmp_path: Path) -> None:
     assert not os.path.exists(server.path)
 
 
+def test_importing_the_client_starts_supervision(tmp_path: Path) -> None:
+    server = HeartbeatServer()
+    try:
+        mon = RankMonitor(cycle=0, heartbeat_timeout=1000, initial_timeout=1e-6)
+        server.start_cycle(mon)
+        env = dict(os.environ, PYTHONPATH=str(REPO), RELAUNCH_FT_SOCKET=server.path)
+        env.update(RANK="5", RELAUNCH_CYCLE="0")
+        subprocess.run([sys.executable, "-c", "import launcher.client"], env=env, check=True)
+        assert server.sync(timeout=5)
+        hang = mon.find_hang()  # said hello, never heart-beat: the initial timeout applies
+        assert hang is not None and hang.rank == 5 and hang.initial
+    finally:
+        server.close()
+
+
 def test_client_without_launcher_is_a_no_op() -> None:
     code = (
         "from launcher.client import heartbeat, section, report_progress, start_heartbeat\n"
