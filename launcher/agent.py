@@ -263,7 +263,10 @@ class RelaunchAgent(LocalElasticAgent):
             raise _StopJob()
         st = self._begin_cycle(worker_group)
         monitor = RankMonitor(
-            st.cycle, self.settings.ft_heartbeat_timeout, self.settings.ft_initial_heartbeat_timeout
+            st.cycle,
+            self.settings.ft_heartbeat_timeout,
+            self.settings.ft_initial_heartbeat_timeout,
+            section_timeouts=dict(self.settings.ft_rank_section_timeouts),
         )
         self._heartbeats.start_cycle(monitor)
         self._monitor = monitor
@@ -321,10 +324,16 @@ class RelaunchAgent(LocalElasticAgent):
             if hang is not None:
                 where = f" (in section {hang.section!r})" if hang.section else ""
                 phase = " (before its first heartbeat)" if hang.initial else ""
-                text = (
-                    f"hang detected: rank {hang.rank} sent no heartbeat for "
-                    f"{hang.silent_for:.1f} s{phase}{where}"
-                )
+                if hang.section_limit is not None:
+                    text = (
+                        f"hang detected: rank {hang.rank} in section {hang.section!r} for "
+                        f"{hang.silent_for:.1f} s (section timeout {hang.section_limit:g} s)"
+                    )
+                else:
+                    text = (
+                        f"hang detected: rank {hang.rank} sent no heartbeat for "
+                        f"{hang.silent_for:.1f} s{phase}{where}"
+                    )
                 if hang.others:
                     text += f"; also silent: ranks {','.join(map(str, hang.others))}"
                 st.log.event(text)

@@ -77,6 +77,19 @@ def _bool(text: str) -> bool:
     raise ValueError("must be true or false")
 
 
+def _section_timeouts(text: str) -> dict[str, float]:
+    """`setup:900,step:120` -> {"setup": 900.0, "step": 120.0}."""
+    out: dict[str, float] = {}
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition(":")
+        if not sep or not name.strip():
+            raise ValueError("expected NAME:SECONDS[,NAME:SECONDS...]")
+        out[name.strip()] = _positive_float(value)
+    return out
+
+
 def _optional_float(text: str) -> float | None:
     if str(text).strip().lower() in ("none", "off", "0", ""):
         return None
@@ -93,6 +106,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     is_flag: bool = False  # store_true on the command line
+    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -141,6 +155,7 @@ OPTIONS: tuple[Option, ...] = (
         _optional_float,
         60.0,
         "a rank silent this long after a heartbeat is hung (off: none)",
+        aliases=("--ft-rank-heartbeat-timeout",),
     ),
     Option(
         "--ft-initial-heartbeat-timeout",
@@ -148,6 +163,14 @@ OPTIONS: tuple[Option, ...] = (
         _optional_float,
         300.0,
         "allowed silence before a rank's first heartbeat (initialisation)",
+        aliases=("--ft-initial-rank-heartbeat-timeout",),
+    ),
+    Option(
+        "--ft-rank-section-timeouts",
+        "ft_rank_section_timeouts",
+        _section_timeouts,
+        {},
+        "NAME:SECONDS,...: a rank inside section NAME longer than SECONDS is hung",
     ),
     Option(
         "--workers-stop-timeout",
@@ -208,6 +231,7 @@ class RunSettings:
     ft_audit_dir: str = ""
     ft_heartbeat_timeout: float | None = 60.0
     ft_initial_heartbeat_timeout: float | None = 300.0
+    ft_rank_section_timeouts: dict[str, float] = field(default_factory=dict)
     workers_stop_timeout: float = 15.0
     ft_node_health_check_endpoint: str = ""
     ft_gpu_health: str = "auto"
@@ -242,7 +266,7 @@ class RunSettings:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every option with `default=SUPPRESS`, so omitted options stay absent."""
     for o in OPTIONS:
-        flags = [o.flag]
+        flags = [o.flag, *o.aliases]
         underscore = "--" + o.flag[2:].replace("-", "_")
         if underscore != o.flag:
             flags.append(underscore)  # torchrun also accepts --nproc_per_node
@@ -281,6 +305,8 @@ def _aliases() -> dict[str, str]:
 
 def _yaml_text(value: Any, opt: Option) -> str:
     """YAML 1.1 reads `off`/`on` as booleans; give them back their words."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
     if isinstance(value, bool):
         if opt.type is _bool:
             return str(value).lower()

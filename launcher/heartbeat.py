@@ -34,6 +34,7 @@ class _RankState:
     first_seen: float
     last_heartbeat: float | None = None
     section: str | None = None
+    section_since: float = 0.0
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Hang:
     section: str | None
     initial: bool
     others: list[int] = field(default_factory=list)  # other ranks silent beyond their timeout
+    section_limit: float | None = None  # set when a section timeout (not silence) was exceeded
 
 
 @dataclass
@@ -52,6 +54,7 @@ class RankMonitor:
     cycle: int
     heartbeat_timeout: float | None
     initial_timeout: float | None
+    section_timeouts: dict[str, float] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     _ranks: dict[int, _RankState] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -71,6 +74,7 @@ class RankMonitor:
                 st.last_heartbeat = now
             if kind == "sec_start":
                 st.section = section
+                st.section_since = now
             elif kind == "sec_end":
                 st.section = None
 
@@ -89,6 +93,13 @@ class RankMonitor:
                     limit, since, initial = self.initial_timeout, st.first_seen, True
                 else:
                     limit, since, initial = self.heartbeat_timeout, st.last_heartbeat, False
+                sec_limit = self.section_timeouts.get(st.section) if st.section else None
+                if sec_limit and now - st.section_since > sec_limit:
+                    silent_ranks.append(rank)
+                    inside = now - st.section_since
+                    if worst is None or inside > worst.silent_for:
+                        worst = Hang(rank, inside, st.section, False, section_limit=sec_limit)
+                    continue
                 if limit is None or limit <= 0:
                     continue
                 silent = now - since

@@ -97,6 +97,30 @@ def test_hung_rank_detected_by_heartbeat(tmp_path: Path) -> None:
     assert "[relaunch] all ranks exited with code 0" in read_log(tmp_path, "hang", 1)
 
 
+def test_section_timeout_detects_a_stuck_section(tmp_path: Path) -> None:
+    r = run_relaunch(
+        tmp_path,
+        job_args(
+            tmp_path,
+            "sect",
+            "--ft-attribution-endpoint",
+            "off",
+            "--ft-rank-section-timeouts",
+            "ckpt:1.5,step:600",
+            "--workers-stop-timeout",
+            "2",
+        )
+        + [str(WORKER), "--mode", "slow_section_once"],
+    )
+    assert r.returncode == 0, r.stderr
+    log0 = read_log(tmp_path, "sect", 0)
+    m = re.search(
+        r"hang detected: rank 0 in section 'ckpt' for ([\d.]+) s \(section timeout 1.5 s\)", log0
+    )
+    assert m, log0[-2000:]
+    assert cycle_logs(tmp_path, "sect") == ["cycle_0.log", "cycle_1.log"]
+
+
 def test_restart_budget_spent_exits_one(tmp_path: Path) -> None:
     r = run_relaunch(
         tmp_path,

@@ -135,6 +135,39 @@ def test_rank_monitor_timeouts() -> None:
     assert off.find_hang() is None
 
 
+def test_section_timeouts() -> None:
+    clock = Clock()
+    mon = RankMonitor(
+        0, heartbeat_timeout=100, initial_timeout=100, section_timeouts={"ckpt": 3}, clock=clock
+    )
+    mon.observe(0, "sec_start", "step")
+    mon.observe(1, "sec_start", "ckpt")
+    clock.now += 2
+    assert mon.find_hang() is None
+    clock.now += 2  # 4 s in "ckpt" (limit 3), 4 s in "step" (no limit, heartbeat limit 100)
+    hang = mon.find_hang()
+    assert hang is not None and hang.rank == 1 and hang.section == "ckpt"
+    assert hang.section_limit == 3 and hang.silent_for == pytest.approx(4)
+    mon.observe(1, "sec_end", "ckpt")
+    assert mon.find_hang() is None
+
+
+def test_section_timeouts_from_cli_and_yaml(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("fault_tolerance:\n  rank_section_timeouts: {setup: 900, step: 120}\n")
+    s = config.resolve({}, str(cfg))
+    assert s.ft_rank_section_timeouts == {"setup": 900.0, "step": 120.0}
+    parser = __import__("argparse").ArgumentParser()
+    config.add_arguments(parser)
+    ns = parser.parse_args(
+        ["--ft-rank-section-timeouts", "step:5", "--ft-rank-heartbeat-timeout", "7"]
+    )
+    s = config.resolve(vars(ns), str(cfg))
+    assert s.ft_rank_section_timeouts == {"step": 5.0} and s.ft_heartbeat_timeout == 7.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--ft-rank-section-timeouts", "step"])
+
+
 def test_heartbeat_server_with_real_client_process(tmp_path: Path) -> None:
     progress: list[tuple[int, int, dict]] = []
     server = HeartbeatServer(on_progress=lambda c, r, m: progress.append((c, r, m)))

@@ -5,6 +5,7 @@ crash_once: rank 1 SIGKILLs itself mid-run in cycle 0; later cycles succeed.
 hang_once: rank 1 stops heart-beating (sleeps) in cycle 0; later cycles succeed.
 bug: rank 0 hits the same deterministic bug at step 2 of every cycle (no checkpoint).
 fail_always: rank 1 exits with code 7 in every cycle (no analysis-specific text).
+slow_section_once: rank 0 stays in section 'ckpt' in cycle 0; later cycles succeed.
 sleep: both ranks sleep 120 s (for signal tests).
 noisy: rank 0 prints a partial line, a huge line and many lines; exit 0.
 """
@@ -64,6 +65,9 @@ def main() -> int:
             if a.mode == "crash_once":
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.mode == "hang_once":
+                time.sleep(3600)
+        if step == 1 and cycle == 0 and rank == 0 and a.mode == "slow_section_once":
+            with section("ckpt"):
                 time.sleep(3600)
         if step == 1 and cycle == 0 and rank == 0 and a.mode == "hang_once":
             time.sleep(0.5)  # rank 0 goes silent (waiting in the collective) clearly later
