@@ -48,6 +48,14 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
     if not os.path.isfile(settings.script):
         raise UserError(f"training script not found: {settings.script}")
     try:
+        settings.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create the log folder {settings.job_dir}: {exc.strerror}"
+        ) from None
+    if not os.access(settings.job_dir, os.W_OK):
+        raise UserError(f"log folder is not writable: {settings.job_dir}")
+    try:
         settings.llm_config = llm_options.config_from_args(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None

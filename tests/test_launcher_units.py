@@ -292,6 +292,10 @@ def test_multi_node_needs_endpoint() -> None:
             "relaunch run: error: config file not found: nope.yaml",
         ),
         (["--job-id", "a/b", "x.py"], "relaunch run: error: --job-id 'a/b': must not contain '/'"),
+        (
+            ["--log-dir", "x.py", "--job-id", "j", "x.py"],
+            "relaunch run: error: cannot create the log folder x.py/j: Not a directory",
+        ),
     ],
 )
 def test_cli_bad_input_one_line(tmp_path: Path, args: list[str], message: str) -> None:
