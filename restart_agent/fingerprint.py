@@ -36,12 +36,14 @@ _BARE_PATH = re.compile(r"(?<![\w.])(/(?:[^\s'\":,()]+/)*[^\s'\":,()]+)")
 _DATA_INDEX = re.compile(
     r"\b(?:index|idx|sample|position|offset|batch|iteration|step)[ =:#]+(\d+)", re.IGNORECASE
 )
-_CHECKPOINT = re.compile(r"(\S*(?:checkpoint|ckpt|iter_\d+)\S*)", re.IGNORECASE)
+_CHECKPOINT = re.compile(r"checkpoint|ckpt|iter_\d+", re.IGNORECASE)
+_TOKEN_EDGE = re.compile(r"\s")
+MAX_INPUT = 4000  # characters of a message looked at (bounds regex time on huge lines)
 
 
 def normalize(message: str) -> str:
     """The message with every volatile token masked (used for the fingerprint)."""
-    text = message.strip()
+    text = message[:MAX_INPUT].strip()
     for rx, repl in _MASKS:
         text = rx.sub(repl, text)
     return text.strip()[:400]
@@ -57,12 +59,17 @@ def entity_of(text: str, hint: str | None = None) -> str | None:
     """The affected entity of a line: a named hint, else a path, checkpoint or data index."""
     if hint:
         return hint.strip()[:300] or None
+    text = text[:MAX_INPUT]
     m = _QUOTED_PATH.search(text)
     if m:
         return m.group(1)[:300]
     m = _CHECKPOINT.search(text)
-    if m and ("/" in m.group(1)):
-        return m.group(1).strip("'\",.:;()[]")[:300]
+    if m:
+        left = max((e.end() for e in _TOKEN_EDGE.finditer(text, 0, m.start())), default=0)
+        right = _TOKEN_EDGE.search(text, m.end())
+        token = text[left : right.start() if right else len(text)]
+        if "/" in token:
+            return token.strip("'\",.:;()[]")[:300]
     m = _BARE_PATH.search(text)
     if m and m.group(1).count("/") >= 2:
         return m.group(1).rstrip(".,;:")[:300]

@@ -78,7 +78,8 @@ class LogScanner:
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
         self._interp = LineInterpreter(self.registry)
         self._progress = ProgressTracker(self.registry.dialects)
-        self._buf = b"\n"  # pending partial line, preceded by the newline that ended the last
+        self._parts: list[bytes] = []  # pieces of the pending partial line
+        self._plen = 0
         self._head: bytes | None = None  # first HEAD bytes of a pending over-long line
         self._lines = 0  # complete lines processed
         self._bytes = 0
@@ -92,12 +93,15 @@ class LogScanner:
         if not chunk:
             return
         self._bytes += len(chunk)
-        data = self._buf + chunk
-        cut = data.rfind(b"\n")
-        if cut == 0:
-            self._buf = data
-            self._trim_pending()
+        if b"\n" not in chunk:  # more of a pending line: collect, join lazily
+            self._parts.append(chunk)
+            self._plen += len(chunk)
+            if self._plen > (2 * TAIL if self._head is not None else HEAD + 2 * TAIL):
+                self._trim_pending()
             return
+        data = b"\n" + b"".join(self._parts) + chunk if self._parts else b"\n" + chunk
+        self._parts, self._plen = [], 0
+        cut = data.rfind(b"\n")
         start = 0
         if self._head is not None:
             first_end = data.find(b"\n", 1)
@@ -106,30 +110,58 @@ class LogScanner:
             start = first_end
         if cut > start:
             self._process(data[start : cut + 1])
-        self._buf = data[cut:]
-        self._trim_pending()
+        rest = data[cut + 1 :]
+        if rest:
+            self._parts, self._plen = [rest], len(rest)
+            if self._plen > HEAD + 2 * TAIL:
+                self._trim_pending()
+
+    def feed_zeros(self, n: int) -> None:
+        """Same result as `feed(bytes(n))`, without building it (holes of sparse files).
+
+        NUL bytes hold no newline and no trigger, so they only lengthen the pending line;
+        of an over-long line only the head and the tail are kept, and HEAD + TAIL + 1 zeros
+        already make every byte of both what n zeros would make them.
+        """
+        if n <= 0:
+            return
+        cap = HEAD + TAIL + 1
+        self.feed(bytes(min(n, cap)))
+        self._bytes += max(0, n - cap)
 
     def _trim_pending(self) -> None:
-        if len(self._buf) - 1 <= HEAD + TAIL and self._head is None:
-            return
+        """Keep only the head and the last TAIL bytes of an over-long pending line."""
+        parts = self._parts
         if self._head is None:
-            self._head = self._buf[1 : 1 + HEAD]
-            self._buf = b"\n" + self._buf[-TAIL:]
-        elif len(self._buf) - 1 > TAIL:
-            self._buf = b"\n" + self._buf[-TAIL:]
+            head = bytearray()
+            for piece in parts:
+                head += piece[: HEAD - len(head)]
+                if len(head) >= HEAD:
+                    break
+            self._head = bytes(head)
+        tail: list[bytes] = []
+        n = 0
+        for piece in reversed(parts):
+            if n + len(piece) >= TAIL:
+                tail.append(piece[len(piece) - (TAIL - n) :])
+                break
+            tail.append(piece)
+            n += len(piece)
+        pending = b"".join(reversed(tail))
+        self._parts, self._plen = [pending], len(pending)
 
     def finish(self) -> CycleEvidence:
         if self._finished is not None:
             return self._finished
         truncated = False
+        pending = b"".join(self._parts)
         if self._head is not None:
-            self._process(b"\n" + self._head + _JOIN + self._buf[1:][-TAIL:] + b"\n")
+            self._process(b"\n" + self._head + _JOIN + pending[-TAIL:] + b"\n")
             truncated = True
-        elif len(self._buf) > 1:
-            self._process(self._buf + b"\n")
+        elif pending:
+            self._process(b"\n" + pending + b"\n")
             truncated = True
-        self._buf = b"\n"
-        self._head = None
+        self._parts, self._plen, self._head = [], 0, None
         self._finished = self._evidence(truncated)
         return self._finished
 
@@ -241,15 +273,33 @@ def choose_primary(
 
 
 def scan_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> CycleEvidence:
-    """Scan a log file in chunks. Raises the OS error (FileNotFoundError, ...) unchanged."""
+    """Scan a log file in chunks. Raises the OS error (FileNotFoundError, ...) unchanged.
+
+    Holes of sparse files are skipped with SEEK_DATA/SEEK_HOLE where the OS has them
+    (they read as NUL bytes; `feed_zeros` accounts for them exactly).
+    """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
     scanner = LogScanner()
-    with open(path, "rb") as f:
-        read = f.read
+    # unbuffered: os.lseek(SEEK_DATA) moves the descriptor, a buffer would go stale
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        sparse = hasattr(os, "SEEK_DATA") and size > chunk_size
         while True:
-            chunk = read(chunk_size)
+            if sparse:
+                try:
+                    data_at = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError:  # ENXIO: only a hole is left (or no SEEK_DATA support)
+                    data_at = size if pos < size else pos
+                if data_at > pos:
+                    scanner.feed_zeros(min(data_at, size) - pos)
+                    pos = min(data_at, size)
+                f.seek(pos)
+            chunk = f.read(chunk_size)
             if not chunk:
                 break
             scanner.feed(chunk)
+            pos += len(chunk)
     return scanner.finish()
