@@ -17,7 +17,10 @@ from relaunch_cli.errors import UserError
 # name -> (module, one-line help). Order is the order shown in `relaunch --help`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("relaunch_cli.run_cmd", "launch and supervise a fault-tolerant training job"),
-    "analyze": ("relaunch_cli.analyze_cmd", "analyse one cycle log and print a STOP/RESTART verdict"),
+    "analyze": (
+        "relaunch_cli.analyze_cmd",
+        "analyse one cycle log and print a STOP/RESTART verdict",
+    ),
     "fr": ("relaunch_cli.fr_cmd", "analyse NCCL Flight Recorder dumps and name culprit ranks"),
     "serve": ("relaunch_cli.serve_cmd", "run the attribution service and dashboard"),
     "mcp": ("relaunch_cli.mcp_cmd", "run the MCP server for agents (stdio, or --http)"),
