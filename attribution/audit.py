@@ -138,9 +138,11 @@ def write_artifact(doc: dict[str, Any], path: Path) -> Path:
 class AuditWriter:
     """Engine listener writing one audit artifact per verdict.
 
-    `audit_dir` defaults to the event's `audit_dir` (the engine's). With `repo`, the
-    prior cycles the policy saw are reloaded from history and the artifact's path is saved
-    with the cycle (`set_audit_path`).
+    `audit_dir` defaults to the event's `audit_dir` (the engine's). The prior cycles, the
+    policy and the FR culprit ranks are the ones the engine decided with
+    (`event.extra["prior_cycles"]`, `["policy"]`, `["fr_culprit_ranks"]`), never re-read
+    after the save; `policy` is used only for events that carry none. With `repo`, the
+    artifact's path is saved with the cycle (`set_audit_path`).
     """
 
     def __init__(
@@ -160,22 +162,27 @@ class AuditWriter:
         if audit_dir is None:
             return None
         t0 = time.perf_counter()
-        history: list[PriorCycle] = []
-        fr = (event.extra or {}).get("fr_culprit_ranks")
-        if self.repo is not None:
+        extra = event.extra or {}
+        fr = extra.get("fr_culprit_ranks")
+        if "prior_cycles" in extra:  # what the policy saw, as the engine decided
+            history = [_prior(p) for p in extra["prior_cycles"] or []]
+        elif self.repo is not None:  # an event from an older caller: best effort
             prior = self.repo.prior_verdicts(event.job_id, event.cycle)
             history = [PriorCycle.from_verdict(c, v) for c, v in prior]
-            if fr is None:
-                rec = self.repo.get_cycle(event.job_id, event.cycle)
-                ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
-                fr = list(ranks) if isinstance(ranks, list) else None
+        else:
+            history = []
+        policy = _policy(extra["policy"]) if isinstance(extra.get("policy"), dict) else self.policy
+        if fr is None and "fr_culprit_ranks" not in extra and self.repo is not None:
+            rec = self.repo.get_cycle(event.job_id, event.cycle)
+            ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+            fr = list(ranks) if isinstance(ranks, list) else None
         doc = build_artifact(
             job_id=event.job_id,
             cycle=event.cycle,
             verdict=event.verdict,
             log_identity=event.log_identity or {"path": event.log_path},
             history=history,
-            policy=self.policy,
+            policy=policy,
             fr_culprit_ranks=fr,
             analysis_ms=event.analysis_ms,
         )

@@ -194,9 +194,6 @@ class AttributionEngine:
 
     def notify(self, event: VerdictEvent) -> None:
         """Queue `event` for the listeners (for callers that save verdicts themselves)."""
-        self._notify(event)
-
-    def _notify(self, event: VerdictEvent) -> None:
         with self._lock:
             if not self._listeners or self._closed:
                 return
@@ -246,9 +243,6 @@ class AttributionEngine:
 
     def stored_fr_ranks(self, job_id: str, cycle: int) -> list[int] | None:
         """Culprit ranks of the Flight Recorder findings stored with a cycle, if any."""
-        return self._stored_fr_ranks(job_id, cycle)
-
-    def _stored_fr_ranks(self, job_id: str, cycle: int) -> list[int] | None:
         if self.repo is None:
             return None
         rec = self.repo.get_cycle(job_id, cycle)
@@ -277,7 +271,12 @@ class AttributionEngine:
         `evidence` (with its `log_identity` {"path", "size", "sha256"}) lets a caller that
         already scanned the log incrementally (the service's growing logs) skip the scan;
         `extra` is copied into the `VerdictEvent`. The event's `extra` also carries the
-        `fr_culprit_ranks` and the `prior_cycles` the policy saw.
+        `fr_culprit_ranks`, the `prior_cycles` the policy saw (dicts of `PriorCycle`) and
+        the `policy` used (dict of `PolicyConfig`), so listeners (audit) record exactly
+        what was decided on instead of re-reading history after the save.
+
+        Saving a verdict on the job's latest cycle also sets the job's state (STOP ->
+        "stopped", RESTART -> "running"; `storage.repository.verdict_job_state`).
         """
         started = time.perf_counter()
         persist = self.repo is not None and job_id is not None and cycle is not None
@@ -290,7 +289,7 @@ class AttributionEngine:
         history = self.history(job_id, cycle) if persist else []
         if fr_culprit_ranks is None and persist:
             assert job_id is not None and cycle is not None
-            fr_culprit_ranks = self._stored_fr_ranks(job_id, cycle)
+            fr_culprit_ranks = self.stored_fr_ranks(job_id, cycle)
         fr = list(fr_culprit_ranks) if fr_culprit_ranks is not None else None
         verdict = decide(evidence, history, self.policy, fr_culprit_ranks=fr)
         result = verdict.to_dict()
@@ -301,7 +300,8 @@ class AttributionEngine:
             info = dict(extra or {})
             info.setdefault("fr_culprit_ranks", fr)
             info.setdefault("prior_cycles", [dataclasses.asdict(p) for p in history])
-            self._notify(
+            info.setdefault("policy", dataclasses.asdict(self.policy))
+            self.notify(
                 VerdictEvent(
                     job_id=job_id,
                     cycle=cycle,

@@ -297,7 +297,7 @@ def time_queries(
         ),
         "get_cycle": lambda: repo.get_cycle(f"hjob{rng.randrange(jobs)}", rng.randrange(per_job)),
         "list_jobs": lambda: repo.list_jobs(limit=100),
-        # NVRx GET /logs after a restart: which cycle registered this path (no index yet)
+        # NVRx GET /logs after a restart: which cycle registered this path (ix_cycles_log_path, 0002)
         "find_cycle_by_log_path": lambda: find_cycle_by_log_path(
             repo, f"/logs/job{rng.randrange(jobs)}/cycle_{rng.randrange(per_job)}.log"
         ),

@@ -101,6 +101,18 @@ def _read_token(path: str) -> str:
     return token
 
 
+def default_dashboard_url(args: argparse.Namespace) -> str | None:
+    """The service's own http://HOST:PORT (for links in Slack alerts) when --dashboard-url
+    is not given; None for --uds, --port 0 or --no-dashboard (no address a browser can use).
+    """
+    if args.uds or args.port == 0 or args.no_dashboard:
+        return None
+    host = args.host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{args.port}"
+
+
 def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
     from attribution.service.settings import ServiceSettings
 
@@ -118,6 +130,8 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     if not args.uds and not 0 <= args.port <= 65535:
         raise UserError(f"--port must be 0-65535, got {args.port}")
+    if getattr(args, "dashboard_url", None) is None:
+        args.dashboard_url = default_dashboard_url(args)
     slack = None
     try:
         from attribution.notify import slack as slack_mod

@@ -67,6 +67,7 @@ class Cycle(Base):
         Index("ix_cycles_fingerprint_analysed_at", "fingerprint", "analysed_at"),
         Index("ix_cycles_failure_class_analysed_at", "failure_class", "analysed_at"),
         Index("ix_cycles_analysed_at", "analysed_at"),
+        Index("ix_cycles_log_path", "log_path"),  # revision 0002: GET /logs?log_path=
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -39,6 +39,8 @@ _LIST_COLUMNS_FULL = _LIST_COLUMNS + tuple(Cycle.__table__.columns[n] for n in _
 
 MAX_EVIDENCE_ROWS = 200
 JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
+# set only by the launcher (set_job_state); a later verdict never overwrites them
+FINAL_JOB_STATES = ("succeeded", "failed")
 _MAX_JOB_ID = 255
 
 
@@ -217,6 +219,8 @@ class HistoryRepository:
         """Store the verdict of (job, cycle), replacing any earlier one and its evidence.
 
         `log_identity` is `{"path", "size", "sha256"}` of the analysed log (any may be None).
+        A verdict on the job's latest cycle also sets the job's state in the same
+        transaction: STOP -> "stopped", RESTART -> "running" (see `verdict_job_state`).
         """
         job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
         verdict = _check_json("verdict", verdict)
@@ -245,6 +249,9 @@ class HistoryRepository:
             if rows:
                 session.execute(insert(EvidenceRow), rows)
             job.updated_at = now
+            state = verdict_job_state(job.state, verdict["decision"], cycle, job.last_cycle)
+            if state is not None:
+                job.state = state
             if created:
                 self._prune(session, job)
             return _cycle_record(row, job_id, with_evidence=False)
@@ -499,6 +506,23 @@ class HistoryRepository:
             return _records(session.execute(q))
 
         return self._reading(op)
+
+
+def verdict_job_state(
+    current: str, decision: str, cycle: int, last_cycle: int | None
+) -> str | None:
+    """The job state a saved verdict implies, or None to leave the state as it is.
+
+    Only a verdict on the job's latest cycle counts (re-deciding an old cycle, e.g. after
+    an FR upload, says nothing about the job now). STOP -> "stopped"; RESTART ->
+    "running" (the launcher restarts the workers: the job is running again). The final
+    states a launcher sets with `set_job_state` ("succeeded", "failed") are kept.
+    """
+    if last_cycle is not None and cycle < last_cycle:
+        return None
+    if current in FINAL_JOB_STATES:
+        return None
+    return "stopped" if decision == "STOP" else "running"
 
 
 def _short(exc: Exception) -> str:

@@ -163,3 +163,24 @@ def test_service_writes_artifacts(service_factory):  # noqa: F811
     art = Path(rec["audit_path"])
     assert art.parent.parent == svc.audit_dir
     assert audit_cli(art).returncode == 0
+
+
+def test_artifact_records_the_policy_and_history_the_engine_used(tmp_path: Path):
+    """The writer's own policy (default) and a re-read of the stored history would both
+    be wrong here: the engine decided with its policy and saw only the last cycle."""
+    repo = storage.open_repository(f"sqlite:///{tmp_path / 'h.db'}")
+    policy = PolicyConfig(same_root_no_progress_retries=5)
+    eng = AttributionEngine(repo, policy=policy, audit_dir=tmp_path / "audit", history_limit=1)
+    eng.add_listener(AuditWriter(repo=repo))  # no policy given: must not record the default
+    try:
+        logs = [write(tmp_path / f"cycle_{i}.log", FAIL) for i in range(3)]
+        for i, log in enumerate(logs):
+            eng.analyze_cycle("job", i, log)
+        assert eng.drain(30)
+        doc = json.loads(artifact_path(tmp_path / "audit", "job", 2).read_text())
+        assert doc["inputs"]["policy"]["same_root_no_progress_retries"] == 5
+        assert [h["cycle"] for h in doc["inputs"]["history"]] == [1]
+        assert recheck(artifact_path(tmp_path / "audit", "job", 2)).ok
+    finally:
+        eng.close()
+        repo.close()

@@ -360,3 +360,16 @@ def test_history_persists_in_postgresql(tmp_path):
     log = write(tmp_path, "stuck.log", infra_log(last_iteration=100))
     got = [analyze_json(log, "--db", db, "--job-id", "pg")["decision"] for _ in range(4)]
     assert got == ["RESTART", "RESTART", "RESTART", "STOP"]
+
+
+def test_db_job_state_follows_the_verdict(tmp_path):
+    """The dashboard shows (and stops polling) a job that a STOP verdict ended."""
+    import storage
+
+    db = sqlite_url(tmp_path)
+    analyze_json(write(tmp_path, "i.log", infra_log()), "--db", db, "--job-id", "st")
+    repo = storage.open_repository(db)
+    assert repo.get_job("st").state == "running"
+    analyze_json(write(tmp_path, "s.log", syntax_log()), "--db", db, "--job-id", "st")
+    assert repo.get_job("st").state == "stopped"
+    repo.close()

@@ -222,3 +222,32 @@ def test_one_engine_shared_by_threads(repo, tmp_path):
     assert [c.cycle for c in repo.list_cycles("same")] == [0]
     assert len(repo.list_jobs()) == 9
     engine.close()
+
+
+def test_the_event_carries_the_policy_and_the_history_it_decided_with(repo, tmp_path):
+    policy = PolicyConfig(same_root_no_progress_retries=7)
+    engine = AttributionEngine(repo, policy=policy, history_limit=1)
+    events: list[VerdictEvent] = []
+    engine.add_listener(events.append)
+    log = _write(tmp_path, "c.log", infra_log())
+    for c in range(3):
+        engine.analyze_cycle("job", c, log, extra={"source": "test"})
+    assert engine.drain(10)
+    last = events[-1]
+    assert last.extra["policy"]["same_root_no_progress_retries"] == 7
+    assert [p["cycle"] for p in last.extra["prior_cycles"]] == [1]
+    assert last.extra["source"] == "test" and last.extra["fr_culprit_ranks"] is None
+    engine.close()
+
+
+def test_stop_sets_the_job_stopped_and_restart_running(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    assert engine.analyze_cycle("st", 0, _write(tmp_path, "i.log", infra_log()))["decision"] == (
+        "RESTART"
+    )
+    assert repo.get_job("st").state == "running"
+    assert engine.analyze_cycle("st", 1, _write(tmp_path, "s.log", syntax_log()))["decision"] == (
+        "STOP"
+    )
+    assert repo.get_job("st").state == "stopped"
+    engine.close()

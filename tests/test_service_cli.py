@@ -71,3 +71,22 @@ def test_help_lists_the_flags(tmp_path: Path):
         "--slack-channel",
     ):
         assert flag in out, flag
+
+
+def test_dashboard_url_defaults_to_the_services_own_address():
+    """Slack alerts link the dashboard even without --dashboard-url."""
+    from relaunch_cli.serve_cmd import build_parser, default_dashboard_url, settings_from_args
+
+    p = build_parser("relaunch serve")
+    assert default_dashboard_url(p.parse_args([])) == "http://127.0.0.1:8570"
+    assert default_dashboard_url(p.parse_args(["--host", "::1", "--port", "9"])) == (
+        "http://[::1]:9"
+    )
+    for no_url in (["--uds", "/tmp/x.sock"], ["--port", "0"], ["--no-dashboard"]):
+        assert default_dashboard_url(p.parse_args(no_url)) is None
+    args = p.parse_args(["--port", "8123"])
+    settings_from_args(args)
+    assert args.dashboard_url == "http://127.0.0.1:8123"
+    args = p.parse_args(["--dashboard-url", "https://dash.example"])
+    settings_from_args(args)
+    assert args.dashboard_url == "https://dash.example"

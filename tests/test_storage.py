@@ -320,3 +320,45 @@ def test_list_cycles_without_json_and_with_a_limit(repo):
     assert [(c.cycle, c.rule, c.verdict) for c in light] == [(i, f"r{i}", None) for i in range(5)]
     assert [c.cycle for c in repo.list_cycles("j", limit=2)] == [3, 4]
     assert repo.list_cycles("j", limit=2)[1].verdict["rule"] == "r4"
+
+
+def test_a_verdict_on_the_latest_cycle_sets_the_job_state(url):
+    repo = open_repository(url)
+    repo.save_verdict("s", 0, verdict("RESTART"))
+    assert repo.get_job("s").state == "running"
+    repo.save_verdict("s", 1, verdict("STOP", rule="workload_certain"))
+    assert repo.get_job("s").state == "stopped"
+    # re-deciding an older cycle (e.g. after an FR upload) says nothing about the job now
+    repo.save_verdict("s", 0, verdict("RESTART"))
+    assert repo.get_job("s").state == "stopped"
+    # a new cycle after a STOP (the user restarted the job) that gets RESTART: running again
+    repo.save_verdict("s", 2, verdict("RESTART"))
+    assert repo.get_job("s").state == "running"
+    repo.close()
+
+
+def test_the_launchers_final_state_is_never_overwritten_by_a_verdict(url):
+    repo = open_repository(url)
+    repo.save_verdict("f", 0, verdict("RESTART"))
+    repo.set_job_state("f", "failed")
+    repo.save_verdict("f", 0, verdict("STOP", rule="workload_certain"))  # late LLM re-save
+    assert repo.get_job("f").state == "failed"
+    repo.set_job_state("f", "stopped")
+    repo.save_verdict("f", 1, verdict("RESTART"))
+    assert repo.get_job("f").state == "running"
+    repo.close()
+
+
+def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(url):
+    from storage.service_queries import bulk_insert_cycles
+
+    repo = open_repository(url, max_cycles_per_job=5)
+    rows = ({"cycle": c, "decision": "RESTART", "log_path": f"/l/{c}.log"} for c in range(8))
+    assert bulk_insert_cycles(repo, "bulk2", rows) == 8
+    job = repo.get_job("bulk2")
+    assert (job.cycles, job.last_cycle) == (5, 7)
+    assert [c.cycle for c in repo.list_cycles("bulk2")] == [3, 4, 5, 6, 7]
+    with pytest.raises(ValueError, match="unknown cycle columns"):
+        bulk_insert_cycles(repo, "bulk2", [{"cycle": 9, "no_such_column": 1}])
+    assert repo.get_job("bulk2").cycles == 5  # the bad batch stored nothing
+    repo.close()

@@ -67,3 +67,39 @@ def test_upgrade_is_a_no_op_at_head(tmp_path):
         assert MigrationContext.configure(conn).get_current_revision() == head_revision()
     assert (tmp_path / "relaunch.db").stat().st_mtime_ns == before
     engine.dispose()
+
+
+def _index_names(engine, table: str) -> set[str]:
+    return {ix["name"] for ix in inspect(engine).get_indexes(table)}
+
+
+def test_0002_adds_the_log_path_index_and_keeps_data(url):
+    """A database left at 0001 (with history) is upgraded on open: the rows stay, the
+    index appears; downgrading to 0001 removes only the index."""
+    repo = open_repository(url)
+    repo.register_cycle("j", 0, "/logs/a.log")
+    repo.save_verdict("j", 1, verdict(), log_identity={"path": "/logs/b.log"})
+    with repo.engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0001")
+    assert "ix_cycles_log_path" not in _index_names(repo.engine, "cycles")
+    repo.close()
+    repo = open_repository(url)
+    assert "ix_cycles_log_path" in _index_names(repo.engine, "cycles")
+    assert [c.cycle for c in repo.list_cycles("j")] == [0, 1]
+    from storage.service_queries import find_cycle_by_log_path
+
+    assert find_cycle_by_log_path(repo, "/logs/b.log") == ("j", 1)
+    repo.close()
+
+
+def test_log_path_lookup_uses_the_index(tmp_path):
+    from sqlalchemy import text
+
+    repo = open_repository(sqlite_url(tmp_path))
+    with repo.engine.connect() as conn:
+        plan = conn.execute(
+            text("EXPLAIN QUERY PLAN SELECT id FROM cycles WHERE log_path = :p ORDER BY id DESC"),
+            {"p": "/x.log"},
+        ).fetchall()
+    assert any("ix_cycles_log_path" in str(row) for row in plan), plan
+    repo.close()

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import hashlib
-import inspect
 import logging
 import re
 import threading
@@ -23,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import storage
-from attribution.engine import AttributionEngine, VerdictEvent
+from attribution.engine import AttributionEngine
 from attribution.service.coalesce import Coalescer
 from attribution.service.errors import ApiError
 from attribution.service.paths import confine
 from attribution.service.settings import ServiceSettings
 from attribution.service.tracker import TrackedLog
-from restart_agent import decide
 from storage import service_queries
 from storage.records import as_utc
 
@@ -88,8 +85,6 @@ class ServiceState:
         self.engine = AttributionEngine(
             self.repo, policy=settings.policy, audit_dir=settings.audit_dir
         )
-        params = inspect.signature(self.engine.analyze_cycle).parameters
-        self._engine_takes_evidence = "evidence" in params and "log_identity" in params
         self.listeners: list[Any] = []
         self._install_listeners()
         self.executor = ThreadPoolExecutor(
@@ -339,9 +334,7 @@ class ServiceState:
     def _run_analysis(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
         try:
             if fr is None:
-                rec = self.repo.get_cycle(tl.job_id, tl.cycle)
-                if rec is not None and rec.fr_findings:
-                    fr = list(rec.fr_findings.get("culprit_ranks") or []) or None
+                fr = self.engine.stored_fr_ranks(tl.job_id, tl.cycle)
             t0 = time.perf_counter()
             with tl.lock:
                 evidence, identity = tl.finish()
@@ -372,36 +365,19 @@ class ServiceState:
         scan_s: float,
     ) -> dict[str, Any]:
         """The engine's decide/save/notify steps, on evidence that was read incrementally."""
-        engine = self.engine
-        if self._engine_takes_evidence:
-            return engine.analyze_cycle(  # type: ignore[call-arg]
-                tl.job_id,
-                tl.cycle,
-                str(tl.path),
-                fr_culprit_ranks=fr,
-                evidence=evidence,
-                log_identity=identity,
-            )
-        t0 = time.perf_counter()
-        history = engine.history(tl.job_id, tl.cycle)  # stored FR ranks: see _run_analysis
-        result = decide(evidence, history, engine.policy, fr_culprit_ranks=fr).to_dict()
-        self.repo.save_verdict(tl.job_id, tl.cycle, result, log_identity=identity)
-        elapsed_ms = (scan_s + time.perf_counter() - t0) * 1000.0
-        # The engine's listener queue (audit, webhook, Slack, LLM); a public hook for
-        # evidence read elsewhere is requested from the engine's owner.
-        engine._notify(
-            VerdictEvent(
-                job_id=tl.job_id,
-                cycle=tl.cycle,
-                log_path=str(tl.path),
-                verdict=copy.deepcopy(result),
-                log_identity=dict(identity),
-                audit_dir=engine.audit_dir,
-                analysis_ms=elapsed_ms,
-                extra={"incremental": True, "resets": tl.resets},
-            )
+        return self.engine.analyze_cycle(
+            tl.job_id,
+            tl.cycle,
+            str(tl.path),
+            fr_culprit_ranks=fr,
+            evidence=evidence,
+            log_identity=identity,
+            extra={
+                "incremental": True,
+                "resets": tl.resets,
+                "scan_ms": round(scan_s * 1000.0, 3),
+            },
         )
-        return result
 
     async def _poll_loop(self) -> None:
         """Read new bytes of every progressive log, a bounded slice per log per pass."""
