@@ -263,7 +263,8 @@ async def upload_fr(
             paths.append(target)
         from attribution import fr as fr_mod
 
-        findings = await asyncio.to_thread(fr_mod.analyze_paths, [str(p) for p in paths])
+        # workers=1: never fork reader processes from inside the service's threads.
+        findings = await asyncio.to_thread(fr_mod.analyze_paths, [str(p) for p in paths], workers=1)
     except (ValueError, OSError) as exc:
         await asyncio.to_thread(shutil.rmtree, dest_dir, True)
         raise ApiError("invalid_parameter", f"not usable Flight Recorder dumps: {exc}") from None
