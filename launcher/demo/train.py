@@ -19,6 +19,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -103,6 +104,7 @@ def main() -> int:
                 "from peer 10.0.0.3<40527> with error 12, opcode 0, len 0, vendor err 129",
                 flush=True,
             )
+            time.sleep(0.3)  # the NCCL line lands in the log before the peers' cascade errors
             os.kill(os.getpid(), signal.SIGKILL)
     if rank == 0:
         print(f"training finished: {a.iterations} iterations on {world} ranks", flush=True)
