@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
+from _timing import timed_median  # noqa: E402  (bench/ is on sys.path as the script dir)
 
 import storage  # noqa: E402
 from attribution.notify.slack import SlackConfig, SlackNotifier  # noqa: E402
@@ -40,15 +39,6 @@ from tests._slack_server import SlackServer  # noqa: E402
 from tests._web_helpers import DashboardServer, _ev, make_verdict  # noqa: E402
 
 JOB = "bench-job"
-
-
-def _timed(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _seed(repo: Any, cycles: int) -> None:
@@ -77,8 +67,8 @@ def main() -> int:
         _seed(repo, args.cycles)
         out["seed_s"] = round(time.perf_counter() - t0, 2)
 
-        base = _timed(lambda: repo.list_cycles(JOB), args.repeat)
-        light = _timed(lambda: dashboard_queries.timeline(repo, JOB, 1000), args.repeat)
+        base = timed_median(lambda: repo.list_cycles(JOB), args.repeat)
+        light = timed_median(lambda: dashboard_queries.timeline(repo, JOB, 1000), args.repeat)
         out["timeline"] = {
             "list_cycles_ms": round(base * 1e3, 2),
             "dashboard_timeline_ms": round(light * 1e3, 2),
@@ -88,13 +78,15 @@ def main() -> int:
         with DashboardServer(repo) as server, httpx.Client(base_url=server.base_url) as c:
             page = c.get(f"/jobs/{JOB}")
             assert page.status_code == 200 and 'id="timeline"' in page.text
-            static = _timed(lambda: c.get("/static/style.css"), args.repeat)
-            job_page = _timed(lambda: c.get(f"/jobs/{JOB}"), args.repeat)
+            static = timed_median(lambda: c.get("/static/style.css"), args.repeat)
+            job_page = timed_median(lambda: c.get(f"/jobs/{JOB}"), args.repeat)
             etag = page.headers["etag"]
-            revalidate = _timed(
+            revalidate = timed_median(
                 lambda: c.get(f"/jobs/{JOB}", headers={"If-None-Match": etag}), args.repeat
             )
-            cycle_page = _timed(lambda: c.get(f"/jobs/{JOB}/cycles/{args.cycles - 1}"), args.repeat)
+            cycle_page = timed_median(
+                lambda: c.get(f"/jobs/{JOB}/cycles/{args.cycles - 1}"), args.repeat
+            )
         out["job_page"] = {
             "job_page_ms": round(job_page * 1e3, 2),
             "page_bytes": len(page.content),
@@ -118,11 +110,11 @@ def main() -> int:
             token="xoxb-bench", channel="#b", base_url=slack.base_url, per_job_burst=10**9
         )
         notifier = SlackNotifier(cfg)
-        post = _timed(
+        post = timed_median(
             lambda: notifier.client.chat_postMessage(channel="#b", text="bench"), args.repeat
         )
         counter = iter(range(10**9))
-        listener = _timed(
+        listener = timed_median(
             lambda: notifier({"job_id": f"j{next(counter)}", "cycle": 0, "verdict": verdict}),
             args.repeat * 10,
         )

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -29,18 +27,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _timing import timed_median  # noqa: E402  (bench/ is on sys.path as the script dir)
+
 from restart_agent.llm import LLMConfig, enrich, grounding, prompt  # noqa: E402
 from tests._llm_helpers import answer, make_verdict, write_log  # noqa: E402
 from tests._llm_server import LLMServer  # noqa: E402
-
-
-def _timed(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _peak(fn: Callable[[], Any]) -> int:
@@ -73,8 +64,8 @@ def main() -> int:
         out["log_bytes"] = log.stat().st_size
         verdict = make_verdict(line)
 
-        t_stream = _timed(lambda: prompt.build(verdict, log, 8192), args.repeat)
-        t_naive = _timed(lambda: _naive_window(log, line), args.repeat)
+        t_stream = timed_median(lambda: prompt.build(verdict, log, 8192), args.repeat)
+        t_naive = timed_median(lambda: _naive_window(log, line), args.repeat)
         m_stream = _peak(lambda: prompt.build(verdict, log, 8192))
         m_naive = _peak(lambda: _naive_window(log, line))
         built = prompt.build(verdict, log, 8192)
@@ -91,8 +82,8 @@ def main() -> int:
 
         answer_obj = json.loads(answer(line))
         wanted = [line, line - 1, line + 10]
-        t_ground = _timed(lambda: grounding.check(answer_obj, log), args.repeat)
-        t_gnaive = _timed(lambda: _naive_lines(log, wanted), args.repeat)
+        t_ground = timed_median(lambda: grounding.check(answer_obj, log), args.repeat)
+        t_gnaive = timed_median(lambda: _naive_lines(log, wanted), args.repeat)
         out["grounding"] = {
             "stream_s": round(t_ground, 4),
             "naive_s": round(t_gnaive, 4),
@@ -110,7 +101,7 @@ def main() -> int:
             cfg = LLMConfig(server.base_url, model, str(key))
             sverdict = make_verdict(sline)
             enrich(sverdict, small, cfg)  # warm up the SDK import and the connection path
-            t_enrich = _timed(lambda: enrich(sverdict, small, cfg), args.repeat)
+            t_enrich = timed_median(lambda: enrich(sverdict, small, cfg), args.repeat)
             out["enrich_loopback_s"] = round(t_enrich, 4)
             out["verdict"] = _verdict_latency(server, key, small, sline, args.repeat)
         finally:
@@ -139,8 +130,8 @@ def _verdict_latency(
         )
         with_llm.add_listener(listener)
         cycle = iter(range(1, 10_000))
-        t_plain = _timed(lambda: plain.analyze_cycle("bench-plain", next(cycle), log), repeat)
-        t_llm = _timed(lambda: with_llm.analyze_cycle("bench-llm", next(cycle), log), repeat)
+        t_plain = timed_median(lambda: plain.analyze_cycle("bench-plain", next(cycle), log), repeat)
+        t_llm = timed_median(lambda: with_llm.analyze_cycle("bench-llm", next(cycle), log), repeat)
         plain.close()
         with_llm.close()
         listener.close(timeout=repeat * 2.5 + 2)  # let the slow enrichments finish
