@@ -78,6 +78,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="how often progressive logs are read (seconds)",
     )
     p.add_argument("--no-dashboard", action="store_true", help="serve the API only")
+    p.add_argument(
+        "--dashboard-public",
+        action="store_true",
+        help="with --token-file: let browsers read the dashboard pages (GET /, /jobs, /search, "
+        "/static) without the token; the API and /logs still require it",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     llm_options.add_arguments(p)
     try:
@@ -156,6 +162,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         analysis_workers=args.workers,
         progressive_poll_s=args.poll_interval,
         dashboard=not args.no_dashboard,
+        dashboard_public=args.dashboard_public,
     )
 
 

@@ -241,3 +241,22 @@ def test_random_garbage_never_crashes_or_corrupts(svc):
         after = c.get("/v1/jobs/keep/cycles/0").json()
     assert after["verdict"] == {k: v for k, v in before.items() if k not in ("module", "state")}
     assert statuses - {200} and statuses <= {200, 400, 404, 405, 413, 422}
+
+
+def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):  # noqa: F811
+    closed = service_factory(token="s3cret-token")
+    with closed.client(token=False) as anon:
+        err(anon.get("/"), 401, "unauthorized")
+        err(anon.get("/search"), 401, "unauthorized")
+    opened = service_factory(token="s3cret-token", extra_args=["--dashboard-public"])
+    with opened.client(token=False) as anon:
+        assert anon.get("/").status_code == 200
+        assert anon.get("/search").status_code == 200
+        assert anon.get("/jobs/nope").status_code == 404  # the page's own answer, not 401
+        # the API, NVRx /logs and any write stay behind the token
+        err(anon.get("/v1/jobs"), 401, "unauthorized")
+        err(anon.get("/logs", params={"log_path": "/x"}), 401, "unauthorized")
+        err(anon.post("/jobs/x", json={}), 401, "unauthorized")
+        err(anon.get("/jobsx"), 401, "unauthorized")
+    with opened.client() as good:
+        assert good.get("/v1/jobs").status_code == 200

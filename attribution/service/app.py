@@ -61,6 +61,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         burst=settings.rate_limit_burst,
         max_body=settings.max_body_bytes,
         max_upload=settings.max_upload_bytes,
+        dashboard_public=settings.dashboard_public,
     )
     return app
 

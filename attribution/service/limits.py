@@ -19,6 +19,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from attribution.service.errors import ERROR_STATUS, ApiError
 
 OPEN_PATHS = ("/healthz",)
+# Read-only dashboard pages, open without the token only with `--dashboard-public`.
+DASHBOARD_PREFIXES = ("/jobs", "/search", "/static")
+READ_METHODS = ("GET", "HEAD")
+
+
+def is_dashboard_read(method: str, path: str) -> bool:
+    """True for a GET/HEAD of a dashboard page (`/`, `/jobs...`, `/search...`, `/static...`)."""
+    if method not in READ_METHODS:
+        return False
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in DASHBOARD_PREFIXES)
+
+
 UPLOAD_SUFFIXES = ("/log", "/fr")  # POST /v1/jobs/{job}/cycles/{cycle}/log|fr
 
 
@@ -69,9 +81,11 @@ class LimitsMiddleware:
         burst: int,
         max_body: int,
         max_upload: int,
+        dashboard_public: bool = False,
     ) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.dashboard_public = dashboard_public
         self.bucket = TokenBucket(rate, burst) if rate > 0 else None
         self.max_body, self.max_upload = max_body, max_upload
 
@@ -81,7 +95,8 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if self.token is not None and path not in OPEN_PATHS:
+        open_read = self.dashboard_public and is_dashboard_read(scope.get("method", ""), path)
+        if self.token is not None and path not in OPEN_PATHS and not open_read:
             auth = headers.get("authorization", b"")
             given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
             if not hmac.compare_digest(given, self.token):

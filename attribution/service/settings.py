@@ -34,6 +34,7 @@ class ServiceSettings:
     progressive_poll_s: float = 0.5
     wait_timeout_s: float = 60.0  # longest GET /logs?wait=true
     dashboard: bool = True
+    dashboard_public: bool = False  # with a token: dashboard pages readable without it
 
     def __post_init__(self) -> None:
         home = Path(os.environ.get("RELAUNCH_HOME", Path.home() / ".relaunch"))
