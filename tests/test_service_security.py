@@ -260,3 +260,16 @@ def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):  # 
         err(anon.get("/jobsx"), 401, "unauthorized")
     with opened.client() as good:
         assert good.get("/v1/jobs").status_code == 200
+
+
+def test_every_dashboard_route_is_covered_by_the_public_read_rule():
+    from attribution.service.limits import is_dashboard_read
+    from web.routes import create_router
+
+    for route in create_router(lambda: None).routes:
+        concrete = route.path.replace("{job_id:path}", "j/1").replace("{cycle}", "0")
+        concrete = concrete.replace("{name}", "style.css")
+        for method in route.methods:
+            assert is_dashboard_read(method, concrete), (method, route.path)
+    assert not is_dashboard_read("POST", "/jobs/j")
+    assert not is_dashboard_read("GET", "/v1/jobs")

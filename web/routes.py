@@ -43,6 +43,9 @@ STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg
 LIVE_INTERVAL_MS = 3000
 MAX_AUDIT_BYTES = 32 << 20
 SEARCH_LIMIT = 200
+# Every page route lives at `/` or under one of these; the service's auth layer uses them
+# for `--dashboard-public` (a test checks each route is covered).
+PAGE_PREFIXES = ("/jobs", "/search", "/static")
 JOBS_LIMIT = 500  # most recently updated jobs listed on /
 TIMELINE_LIMIT = 1000  # most recent cycles shown on a job page
 FACETS = 30

@@ -17,18 +17,20 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from attribution.service.errors import ERROR_STATUS, ApiError
+from web.routes import PAGE_PREFIXES
 
 OPEN_PATHS = ("/healthz",)
-# Read-only dashboard pages, open without the token only with `--dashboard-public`.
-DASHBOARD_PREFIXES = ("/jobs", "/search", "/static")
 READ_METHODS = ("GET", "HEAD")
 
 
 def is_dashboard_read(method: str, path: str) -> bool:
-    """True for a GET/HEAD of a dashboard page (`/`, `/jobs...`, `/search...`, `/static...`)."""
+    """True for a GET/HEAD of a dashboard page: `/` or under `web.routes.PAGE_PREFIXES`.
+
+    Read-only pages are open without the token only with `--dashboard-public`.
+    """
     if method not in READ_METHODS:
         return False
-    return path == "/" or any(path == p or path.startswith(p + "/") for p in DASHBOARD_PREFIXES)
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in PAGE_PREFIXES)
 
 
 UPLOAD_SUFFIXES = ("/log", "/fr")  # POST /v1/jobs/{job}/cycles/{cycle}/log|fr
