@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from restart_agent.model import PolicyConfig, PriorCycle
+from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ COMPARED_KEYS = (
     "budgets",
     "evidence",
     "fan_out",
+    "node_health",
 )
 SCAN_COMPARED = ("lines", "bytes")
 
@@ -81,6 +82,7 @@ def build_artifact(
     fr_culprit_ranks: list[int] | None,
     analysis_ms: float | None,
     extra_timings: dict[str, Any] | None = None,
+    node_health: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The audit document for one verdict (pure; `AuditWriter` adds the file)."""
     primary = verdict.get("primary") or {}
@@ -103,6 +105,7 @@ def build_artifact(
             "history": [asdict(p) for p in history],
             "policy": asdict(policy),
             "fr_culprit_ranks": fr_culprit_ranks,
+            "node_health": node_health if node_health is not None else [],
         },
         "decision": verdict.get("decision"),
         "rule": verdict.get("rule"),
@@ -140,7 +143,8 @@ class AuditWriter:
 
     `audit_dir` defaults to the event's `audit_dir` (the engine's). The prior cycles, the
     policy and the FR culprit ranks are the ones the engine decided with
-    (`event.extra["prior_cycles"]`, `["policy"]`, `["fr_culprit_ranks"]`), never re-read
+    (`event.extra["prior_cycles"]`, `["policy"]`, `["fr_culprit_ranks"]`,
+    `["node_health"]`), never re-read
     after the save; `policy` is used only for events that carry none. With `repo`, the
     artifact's path is saved with the cycle (`set_audit_path`).
     """
@@ -185,6 +189,7 @@ class AuditWriter:
             policy=policy,
             fr_culprit_ranks=fr,
             analysis_ms=event.analysis_ms,
+            node_health=extra.get("node_health") or (event.verdict or {}).get("node_health"),
         )
         path = artifact_path(audit_dir, event.job_id, event.cycle)
         doc["timings"]["audit_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
@@ -295,7 +300,11 @@ def recheck(path: str | os.PathLike[str]) -> RecheckResult:
         raise AuditFormatError(f"bad recorded inputs: {exc}") from None
     evidence = scan_file(log_path)
     fr = inputs.get("fr_culprit_ranks")
-    verdict = decide(evidence, history, policy, fr_culprit_ranks=fr).to_dict()
+    try:
+        notes = [NodeHealthNote.from_dict(n) for n in inputs.get("node_health") or []]
+    except (ValueError, AttributeError) as exc:
+        raise AuditFormatError(f"bad recorded node_health: {exc}") from None
+    verdict = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes).to_dict()
     for key in COMPARED_KEYS:
         if key in recorded and _norm(recorded.get(key)) != _norm(verdict.get(key)):
             diffs.append(

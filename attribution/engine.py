@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restart_agent import LogScanner, decide
-from restart_agent.model import CycleEvidence, PolicyConfig, PriorCycle
+from restart_agent.model import CycleEvidence, NodeHealthNote, PolicyConfig, PriorCycle
 
 if TYPE_CHECKING:  # storage (SQLAlchemy) is imported only by callers that persist
     from storage import CycleRecord, HistoryRepository
@@ -251,6 +251,44 @@ class AttributionEngine:
             return ranks
         return None
 
+    def stored_node_health(self, job_id: str, cycle: int) -> list[NodeHealthNote]:
+        """Node-health records stored with a cycle (`record_node_health`), as policy notes.
+
+        A stored record that is not a usable note is logged and left out."""
+        if self.repo is None:
+            return []
+        rec = self.repo.get_cycle(job_id, cycle)
+        notes = []
+        for node, record in sorted(((rec.node_health if rec else None) or {}).items()):
+            try:
+                notes.append(NodeHealthNote.from_dict(record))
+            except (ValueError, AttributeError, TypeError) as exc:
+                log.warning("node health record %r of %s/%s ignored: %s", node, job_id, cycle, exc)
+        return notes
+
+    def record_node_health(
+        self, job_id: str, cycle: int, record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Store one node's health record with a cycle; return the re-decided verdict.
+
+        The record is checked (`NodeHealthNote.from_dict`: ValueError on a bad one) and
+        saved. When the cycle already has a verdict that does not list this node and its
+        log is still there, the cycle is decided again so that its verdict records the node
+        (it may change a ceiling STOP into `restart.unhealthy_node_excluded`); otherwise the
+        next analysis of the cycle reads the stored record. Needs a repository.
+        """
+        if self.repo is None:
+            raise RuntimeError("record_node_health needs a history repository")
+        note = NodeHealthNote.from_dict(record)
+        self.repo.save_node_health(job_id, cycle, {**record, "node": note.node})
+        rec = self.repo.get_cycle(job_id, cycle)
+        if rec is None or rec.verdict is None or not rec.log_path:
+            return None
+        listed = {str(n.get("node")) for n in rec.verdict.get("node_health") or []}
+        if note.node in listed or not Path(rec.log_path).is_file():
+            return None
+        return self.analyze_cycle(job_id, cycle, rec.log_path, extra={"reason": "node_health"})
+
     def analyze_cycle(
         self,
         job_id: str | None,
@@ -258,6 +296,7 @@ class AttributionEngine:
         log_path: str | os.PathLike[str],
         *,
         fr_culprit_ranks: Sequence[int] | None = None,
+        node_health: Sequence[NodeHealthNote] | None = None,
         evidence: CycleEvidence | None = None,
         log_identity: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
@@ -266,13 +305,14 @@ class AttributionEngine:
 
         Without a repository (or without job_id/cycle) nothing is saved and the history is
         empty. When `fr_culprit_ranks` is None, culprit ranks of Flight Recorder findings
-        stored with the cycle (`save_fr_findings`) are used, if any.
+        stored with the cycle (`save_fr_findings`) are used, if any; likewise for
+        `node_health` and the records stored by `record_node_health`.
 
         `evidence` (with its `log_identity` {"path", "size", "sha256"}) lets a caller that
         already scanned the log incrementally (the service's growing logs) skip the scan;
         `extra` is copied into the `VerdictEvent`. The event's `extra` also carries the
-        `fr_culprit_ranks`, the `prior_cycles` the policy saw (dicts of `PriorCycle`) and
-        the `policy` used (dict of `PolicyConfig`), so listeners (audit) record exactly
+        `fr_culprit_ranks`, the `node_health` notes (dicts of `NodeHealthNote`), the
+        `prior_cycles` the policy saw (dicts of `PriorCycle`) and the `policy` used (dict of `PolicyConfig`), so listeners (audit) record exactly
         what was decided on instead of re-reading history after the save.
 
         Saving a verdict on the job's latest cycle also sets the job's state (STOP ->
@@ -291,7 +331,11 @@ class AttributionEngine:
             assert job_id is not None and cycle is not None
             fr_culprit_ranks = self.stored_fr_ranks(job_id, cycle)
         fr = list(fr_culprit_ranks) if fr_culprit_ranks is not None else None
-        verdict = decide(evidence, history, self.policy, fr_culprit_ranks=fr)
+        if node_health is None and persist:
+            assert job_id is not None and cycle is not None
+            node_health = self.stored_node_health(job_id, cycle)
+        notes = list(node_health or ())
+        verdict = decide(evidence, history, self.policy, fr_culprit_ranks=fr, node_health=notes)
         result = verdict.to_dict()
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         if persist:
@@ -299,6 +343,7 @@ class AttributionEngine:
             self.repo.save_verdict(job_id, cycle, result, log_identity=identity)
             info = dict(extra or {})
             info.setdefault("fr_culprit_ranks", fr)
+            info.setdefault("node_health", [n.to_dict() for n in notes])
             info.setdefault("prior_cycles", [dataclasses.asdict(p) for p in history])
             info.setdefault("policy", dataclasses.asdict(self.policy))
             self.notify(

@@ -6,7 +6,7 @@ It imports no web, database or launcher code.
 Public API (stable; other packages use only these):
 
 - `scan_file(path) -> CycleEvidence` and `LogScanner` (incremental: `feed(bytes)`, `finish()`)
-- `decide(evidence, history, config=PolicyConfig(), fr_culprit_ranks=None) -> Verdict`
+- `decide(evidence, history, config=PolicyConfig(), fr_culprit_ranks=None, node_health=()) -> Verdict`
 - `analyze_file(path, history=(), config=PolicyConfig(), fr_culprit_ranks=None) -> Verdict`
 - the model types in `restart_agent.model`
 """
@@ -16,6 +16,7 @@ from restart_agent.model import (
     CascadeGroup,
     CycleEvidence,
     Evidence,
+    NodeHealthNote,
     PolicyConfig,
     PriorCycle,
     Progress,
@@ -29,6 +30,7 @@ __all__ = [
     "CycleEvidence",
     "Evidence",
     "LogScanner",
+    "NodeHealthNote",
     "PolicyConfig",
     "PriorCycle",
     "Progress",

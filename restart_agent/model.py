@@ -135,6 +135,56 @@ class PriorCycle:
 
 
 @dataclass(frozen=True)
+class NodeHealthNote:
+    """A node's health check at the end of a cycle, as its launcher reported it.
+
+    `ran_this_cycle`: the node took part in the analysed cycle and failed its check before
+    the next rendezvous (a suspect for this cycle's failure); False when it failed before
+    joining the cycle at all. `excluded_from_cycle` is the cycle the node did not join.
+    """
+
+    node: str
+    healthy: bool
+    reason: str = ""
+    ran_this_cycle: bool = False
+    excluded_from_cycle: int | None = None
+    failed_checks: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["failed_checks"] = list(self.failed_checks)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeHealthNote:
+        """From a launcher health record (`HealthReport.to_dict()` plus the cycle fields).
+
+        Raises ValueError when `node` or `healthy` is missing or of the wrong type.
+        """
+        node, healthy = d.get("node"), d.get("healthy")
+        if not isinstance(node, (str, int)) or isinstance(node, bool) or str(node) == "":
+            raise ValueError("a node health record needs a 'node' name")
+        if not isinstance(healthy, bool):
+            raise ValueError("a node health record needs 'healthy': true or false")
+        excluded = d.get("excluded_from_cycle")
+        failed = d.get("failed_checks")
+        if failed is None:
+            failed = [
+                str(c.get("name"))
+                for c in d.get("checks") or []
+                if isinstance(c, dict) and c.get("status") == "fail"
+            ]
+        return cls(
+            node=str(node),
+            healthy=healthy,
+            reason=str(d.get("reason") or "")[:500],
+            ran_this_cycle=bool(d.get("ran_this_cycle", False)),
+            excluded_from_cycle=excluded if type(excluded) is int else None,
+            failed_checks=tuple(str(c) for c in failed),
+        )
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """Budgets of the verdict policy (SPEC.md 'Verdict policy')."""
 
@@ -160,6 +210,7 @@ class Verdict:
     fr: dict[str, Any] | None = None  # Flight Recorder findings used, if any
     llm: dict[str, Any] = field(default_factory=lambda: {"contributed": False})
     scan: dict[str, Any] = field(default_factory=dict)  # lines, bytes, timings
+    node_health: list[NodeHealthNote] = field(default_factory=list)  # launchers' reports
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,4 +227,5 @@ class Verdict:
             "fr": self.fr,
             "llm": dict(self.llm),
             "scan": dict(self.scan),
+            "node_health": [n.to_dict() for n in self.node_health],
         }

@@ -19,6 +19,11 @@ RESTART
 - `restart.infrastructure`      infrastructure/unknown root within its budgets
 - `restart.cascade_only`        only cascades (e.g. NCCL timeouts everywhere), within budgets
 - `restart.no_evidence`         nothing matched: default bias is RESTART
+- `restart.unhealthy_node_excluded` would have been a ceiling STOP (`stop.workload_recurrence`,
+                                `stop.same_root_ceiling`, `stop.job_no_progress_ceiling`), but a
+                                node that ran this cycle failed its health check after it and
+                                is left out of the next cycle: the recurrence may have been
+                                that node, so the job restarts once more without it
 
 Progress between cycles: a cycle has "advanced" when its last iteration (or checkpoint
 iteration) is beyond the best of every earlier cycle; "none" when progress was reported
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from restart_agent.model import (
     CycleEvidence,
     Evidence,
+    NodeHealthNote,
     PolicyConfig,
     PriorCycle,
     Progress,
@@ -43,6 +49,11 @@ from restart_agent.scanner import choose_primary
 
 ADVANCED, NONE, UNKNOWN = "advanced", "none", "unknown"
 MAX_EVIDENCE = 24
+# Ceiling STOPs a failed node-health check turns into one more RESTART: a recurrence can be
+# the node's doing. Immediate STOPs (syntax errors, scheduler ends, ...) never are.
+HEALTH_OVERRIDABLE_RULES = frozenset(
+    {"stop.workload_recurrence", "stop.same_root_ceiling", "stop.job_no_progress_ceiling"}
+)
 
 
 @dataclass(frozen=True)
@@ -137,8 +148,14 @@ def decide(
     history: Sequence[PriorCycle] = (),
     config: PolicyConfig = PolicyConfig(),  # noqa: B008 - frozen dataclass, safe default
     fr_culprit_ranks: Sequence[int] | None = None,
+    node_health: Sequence[NodeHealthNote] = (),
 ) -> Verdict:
-    """STOP or RESTART for the current cycle, with the rule, basis, budgets and counts."""
+    """STOP or RESTART for the current cycle, with the rule, basis, budgets and counts.
+
+    `node_health`: the launchers' health reports for nodes that failed (or passed) their
+    check at the end of this cycle; they are recorded in the verdict, and an unhealthy node
+    that ran this cycle turns a ceiling STOP into `restart.unhealthy_node_excluded`.
+    """
     primary, reason = _primary(evidence, fr_culprit_ranks)
     prog = evidence.progress
     prior = sorted(history, key=lambda p: p.cycle)
@@ -192,9 +209,34 @@ def decide(
     role = primary.role if primary else None
     cls = primary.failure_class if primary else None
 
+    notes = list(node_health)
+    unhealthy = [n for n in notes if not n.healthy]
+    suspects = [n for n in unhealthy if n.ran_this_cycle]
+
     def verdict(decision: str, rule: str, basis: str) -> Verdict:
+        if unhealthy:
+            said = " " + " ".join(_health_sentence(n) for n in unhealthy)
+            if decision == "STOP" and rule in HEALTH_OVERRIDABLE_RULES and suspects:
+                decision, rule = "RESTART", "restart.unhealthy_node_excluded"
+                basis = (
+                    f"Would stop ({basis.rstrip('.')}), but node(s) "
+                    f"{', '.join(n.node for n in suspects)} that ran this cycle failed "
+                    "the health check after it: the recurrence may be that node's, so "
+                    f"restart without it.{said}"
+                )
+            else:
+                basis += said
         return _build(
-            evidence, primary, reason, decision, rule, basis, history_out, budgets, fr_culprit_ranks
+            evidence,
+            primary,
+            reason,
+            decision,
+            rule,
+            basis,
+            history_out,
+            budgets,
+            fr_culprit_ranks,
+            notes,
         )
 
     # ----------------------------------------------------------------- immediate STOPs
@@ -291,6 +333,11 @@ def decide(
     )
 
 
+def _health_sentence(n: NodeHealthNote) -> str:
+    when = "the next cycle" if n.excluded_from_cycle is None else f"cycle {n.excluded_from_cycle}"
+    return f"Node {n.node} failed its health check and is left out of {when} ({n.reason or 'no reason given'})."
+
+
 def _build(
     evidence: CycleEvidence,
     primary: Evidence | None,
@@ -301,6 +348,7 @@ def _build(
     history: dict[str, object],
     budgets: dict[str, object],
     fr: Sequence[int] | None,
+    node_health: list[NodeHealthNote],
 ) -> Verdict:
     lines: list[Evidence] = []
     if primary is not None:
@@ -344,6 +392,7 @@ def _build(
             "bytes": evidence.bytes,
             "truncated_last_line": evidence.truncated_last_line,
         },
+        node_health=node_health,
     )
 
 

@@ -95,6 +95,8 @@ class Cycle(Base):
     llm_contributed: Mapped[bool | None] = mapped_column(Boolean)
     verdict: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     fr_findings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # revision 0003: node name -> the health record its launcher reported at this cycle's end
+    node_health: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     llm: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     audit_path: Mapped[str | None] = mapped_column(Text)
 

@@ -63,6 +63,7 @@ class CycleRecord:
     llm_contributed: bool | None = None
     verdict: dict[str, Any] | None = None
     fr_findings: dict[str, Any] | None = None
+    node_health: dict[str, Any] | None = None  # node -> health record (save_node_health)
     llm: dict[str, Any] | None = None
     audit_path: str | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)

@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 # Listings read plain columns (no ORM objects: ~10x faster for long histories); the JSON
 # columns only when asked for.
-_JSON_COLUMNS = ("verdict", "fr_findings", "llm")
+_JSON_COLUMNS = ("verdict", "fr_findings", "llm", "node_health")
 _LIST_COLUMNS = tuple(
     c for c in Cycle.__table__.columns if c.name not in _JSON_COLUMNS + ("id", "job_pk")
 )
@@ -276,6 +276,22 @@ class HistoryRepository:
         """Attach Flight Recorder findings (the JSON of `relaunch fr`) to a cycle."""
         findings = _check_json("findings", findings)
         self._update_cycle(job_id, cycle, lambda row: setattr(row, "fr_findings", findings))
+
+    def save_node_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> None:
+        """Attach one node's health record (keyed by its `node`) to a cycle.
+
+        A second record for the same node replaces the first; other nodes' records stay.
+        The cycle is created when it is not known yet (a node can fail before cycle 0).
+        """
+        record = _check_json("record", record)
+        node = record.get("node")
+        if not isinstance(node, (str, int)) or isinstance(node, bool) or str(node) == "":
+            raise ValueError("a node health record needs a 'node' name")
+
+        def apply(row: Cycle) -> None:
+            row.node_health = {**(row.node_health or {}), str(node): record}
+
+        self._update_cycle(job_id, cycle, apply)
 
     def save_llm(self, job_id: str, cycle: int, llm: dict[str, Any]) -> None:
         """Attach an LLM enrichment to a cycle (the deterministic verdict is left as it is)."""
@@ -651,6 +667,7 @@ def _cycle_record(
         llm_contributed=row.llm_contributed,
         verdict=row.verdict if with_verdict else None,
         fr_findings=row.fr_findings if with_verdict else None,
+        node_health=row.node_health if with_verdict else None,
         llm=row.llm if with_verdict else None,
         audit_path=row.audit_path,
         evidence=evidence,

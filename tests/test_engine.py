@@ -251,3 +251,63 @@ def test_stop_sets_the_job_stopped_and_restart_running(repo, tmp_path):
     )
     assert repo.get_job("st").state == "stopped"
     engine.close()
+
+
+SICK_NODE = {
+    "node": "node1",
+    "host": "gpu-17",
+    "healthy": False,
+    "reason": "external_service: ib check failed",
+    "ran_this_cycle": True,
+    "excluded_from_cycle": 3,
+    "checks": [{"name": "external_service", "status": "fail", "detail": "ib", "data": {}}],
+}
+
+
+def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_path):
+    """The ceiling STOP of cycle 2 is decided again once node1's failed check arrives."""
+    from attribution.audit import AuditWriter, artifact_path, load_artifact, recheck
+
+    engine = AttributionEngine(repo, PolicyConfig(same_root_no_progress_retries=2))
+    engine.add_listener(AuditWriter(tmp_path / "audit", repo=repo))
+    stuck = _write(tmp_path, "stuck.log", infra_log(last_iteration=100))
+    verdicts = [engine.analyze_cycle("j", c, stuck) for c in range(3)]
+    assert verdicts[2]["rule"] == "stop.same_root_ceiling"
+    again = engine.record_node_health("j", 2, SICK_NODE)
+    assert again is not None
+    assert (again["decision"], again["rule"]) == ("RESTART", "restart.unhealthy_node_excluded")
+    assert [n["node"] for n in again["node_health"]] == ["node1"]
+    rec = repo.get_cycle("j", 2)
+    assert rec.rule == "restart.unhealthy_node_excluded"
+    assert rec.node_health == {"node1": SICK_NODE}
+    assert engine.record_node_health("j", 2, SICK_NODE) is None  # already listed: no re-decide
+    engine.drain(10)
+    art = artifact_path(tmp_path / "audit", "j", 2)
+    doc = load_artifact(art)
+    assert doc["inputs"]["node_health"][0]["reason"] == SICK_NODE["reason"]
+    assert doc["rule"] == "restart.unhealthy_node_excluded"
+    assert recheck(art).ok
+    engine.close()
+
+
+def test_node_health_stored_before_the_analysis_is_in_the_first_verdict(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    repo.save_node_health("j", 0, SICK_NODE)
+    repo.save_node_health("j", 0, {"node": "broken"})  # unusable: logged and left out
+    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log()))
+    assert [n["node"] for n in v["node_health"]] == ["node1"]
+    assert "node1" in v["basis"]
+    engine.close()
+
+
+def test_bad_node_health_records_are_refused_and_lose_nothing(repo, tmp_path):
+    engine = AttributionEngine(repo)
+    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log()))
+    for bad, message in [({"healthy": False}, "'node'"), ({"node": "n"}, "'healthy'")]:
+        with pytest.raises(ValueError, match=message):
+            engine.record_node_health("j", 0, bad)
+    rec = repo.get_cycle("j", 0)
+    assert rec.verdict == v and rec.node_health is None
+    with pytest.raises(RuntimeError, match="needs a history repository"):
+        AttributionEngine(None).record_node_health("j", 0, SICK_NODE)
+    engine.close()

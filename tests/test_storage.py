@@ -172,6 +172,20 @@ def test_fr_llm_audit_state_attach_without_touching_the_verdict(repo):
     assert repo.get_cycle("j", 0).fr_findings == {"culprit_ranks": [5], "groups": []}
 
 
+def test_node_health_records_merge_by_node_and_survive_reanalysis(repo):
+    sick = {"node": "node1", "healthy": False, "reason": "ib down", "checks": []}
+    repo.save_node_health("j", 2, sick)  # before the cycle is known: the cycle is created
+    assert repo.get_cycle("j", 2).node_health == {"node1": sick}
+    repo.save_verdict("j", 2, verdict())
+    other = {"node": 0, "healthy": True, "reason": "ok"}
+    repo.save_node_health("j", 2, other)
+    again = dict(sick, reason="ib still down")
+    repo.save_node_health("j", 2, again)  # the same node again: replaced, not duplicated
+    got = repo.get_cycle("j", 2)
+    assert got.node_health == {"node1": again, "0": other}
+    assert got.verdict == verdict()
+
+
 def test_history_survives_reopening(url):
     r1 = open_repository(url)
     r1.save_verdict("j", 0, verdict(rule="persisted"))
@@ -195,6 +209,9 @@ def test_history_survives_reopening(url):
         (lambda r: r.save_verdict("j", 0, {"decision": "STOP", "x": math.nan}), "JSON"),
         (lambda r: r.save_verdict("j", 0, {"decision": "STOP", "x": object()}), "JSON"),
         (lambda r: r.save_fr_findings("j", 0, [1, 2]), "findings must be a dict"),
+        (lambda r: r.save_node_health("j", 0, ["node1"]), "record must be a dict"),
+        (lambda r: r.save_node_health("j", 0, {"healthy": False}), "needs a 'node' name"),
+        (lambda r: r.save_node_health("j", 0, {"node": "n", "x": math.inf}), "JSON"),
         (lambda r: r.set_job_state("j", "exploded"), "job state must be one of"),
         (lambda r: r.search(limit=0), "limit must be"),
         (lambda r: r.prior_verdicts("j", -2), "non-negative integer"),

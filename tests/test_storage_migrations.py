@@ -92,6 +92,22 @@ def test_0002_adds_the_log_path_index_and_keeps_data(url):
     repo.close()
 
 
+def test_0003_adds_node_health_and_keeps_data(url):
+    """At 0002 the column is absent; opening upgrades and the stored rows stay."""
+    repo = open_repository(url)
+    repo.save_verdict("j", 0, verdict(), log_identity={"path": "/logs/a.log"})
+    with repo.engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0002")
+    assert "node_health" not in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
+    repo.close()
+    repo = open_repository(url)
+    assert "node_health" in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
+    assert repo.get_cycle("j", 0).verdict == verdict()
+    repo.save_node_health("j", 0, {"node": "n1", "healthy": False})
+    assert repo.get_cycle("j", 0).node_health == {"n1": {"node": "n1", "healthy": False}}
+    repo.close()
+
+
 def test_log_path_lookup_uses_the_index(tmp_path):
     from sqlalchemy import text
 
