@@ -102,6 +102,10 @@ class CycleExplanation(BaseModel):
     history: dict[str, Any] = Field(description="counts over prior cycles of the job")
     progress: dict[str, Any]
     fr_findings: dict[str, Any] | None = None
+    node_health: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="health reports of nodes that failed (or passed) their check after the cycle",
+    )
     llm: dict[str, Any] | None = None
     log: dict[str, Any] = Field(description="path, size and sha256 of the analysed log")
     audit_path: str | None = None
@@ -292,6 +296,7 @@ class _Tools:
             history=dict(verdict.get("history") or {}),
             progress=dict(verdict.get("progress") or {}),
             fr_findings=d.get("fr_findings") or verdict.get("fr"),
+            node_health=list(verdict.get("node_health") or (d.get("node_health") or {}).values()),
             llm=d.get("llm"),
             log={
                 "path": d.get("log_path"),

@@ -128,6 +128,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._sink_factory = sink_factory or (lambda path, cycle, node: FileSink(path))
         self._heartbeats = HeartbeatServer(on_progress=self._on_progress)
         self._cycle_no = -1
+        self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
         self._last_log_path: str | None = None
         self._late_lines: list[str] = []
@@ -195,6 +196,7 @@ class RelaunchAgent(LocalElasticAgent):
     def _begin_cycle(self, worker_group: WorkerGroup) -> _CycleState:
         self._cycle_no += 1
         cycle, node = self._cycle_no, self._node(worker_group)
+        self._last_node = node
         job_dir = self.settings.job_dir
         log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
         sink: LineSink = self._sink_factory(log_path, cycle, node)
@@ -256,7 +258,23 @@ class RelaunchAgent(LocalElasticAgent):
         report = preflight(gpu=s.ft_gpu_health != "off", endpoint=endpoint)
         if not report.healthy:
             self.health_reason = report.reason
+            self._record_exclusion(report)
             raise _NodeUnhealthy(report.reason)
+
+    def _record_exclusion(self, report: Any) -> None:
+        """The verdict of the cycle that just ended records that this node leaves the job
+        (sent with that cycle's analysis); a JSON copy goes next to the cycle logs."""
+        from launcher.health import exclusion_record, write_record
+
+        cycle, record = exclusion_record(
+            report, last_cycle=self._cycle_no, node_index=self._last_node
+        )
+        try:
+            path = write_record(self.settings.job_dir, record)
+            self.say(f"node health report written to {path}")
+        except OSError as exc:
+            self.say(f"warning: node health report not written: {exc}")
+        self.attribution.report_node_health(self.settings.job_id, cycle, record)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         if self.stop_verdict is not None:
@@ -515,7 +533,11 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
     )
     shutdown_rdzv = True
     try:
-        return agent.run_job()
+        code = agent.run_job()
+        # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
+        # the other nodes go on without it (closing would end the job everywhere).
+        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY
+        return code
     except SignalException as exc:
         shutdown_rdzv = False
         agent.say(f"received {exc.sigval.name}; workers stopped")

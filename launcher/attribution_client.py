@@ -9,8 +9,8 @@ Four implementations behind one interface, chosen by `--ft-attribution-endpoint`
   `GET /logs?log_path=...&wait=false` until `status == "completed"`).
 - `off`: nothing.
 
-No call blocks the restart path: `register` and `request_analysis` only queue work for
-one background thread, which delivers each verdict to the `on_verdict` callback. Any
+No call blocks the restart path: `register`, `request_analysis` and `report_node_health`
+only queue work for one background thread, which delivers each verdict to the `on_verdict` callback. Any
 failure (endpoint unreachable, engine error) becomes a RESTART verdict with
 `source="fallback"` and a warning: never a crash, never a STOP.
 """
@@ -56,6 +56,9 @@ class AttributionClient:
         self._tasks: queue.SimpleQueue[tuple[Callable[[], None], bool] | None] = queue.SimpleQueue()
         self._pending = 0
         self._cond = threading.Condition()
+        # node-health records not yet sent, per (job, cycle): sent before that cycle's
+        # analysis (so its first verdict records them) or on their own after it
+        self._health: dict[tuple[str, int], list[dict[str, Any]]] = {}
         # The gate keeps analysis off the restart path: closed while workers are being
         # (re)started, opened once they run. A closed gate delays work by at most GATE_MAX_S.
         self._gate = threading.Event()
@@ -68,6 +71,13 @@ class AttributionClient:
 
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
         self._submit(lambda: self._analyze_safely(job_id, cycle, log_path, node))
+
+    def report_node_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> None:
+        """A node failed (or passed) its health check at the end of `cycle`: record it with
+        that cycle's verdict (sent before the cycle's analysis when that is still queued)."""
+        with self._cond:
+            self._health.setdefault((job_id, cycle), []).append(dict(record))
+        self._submit(lambda: self._send_health(job_id, cycle, redecided=True), gated=False)
 
     def hold(self) -> None:
         """Workers are being (re)started: keep the analysis thread quiet."""
@@ -100,6 +110,10 @@ class AttributionClient:
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         raise NotImplementedError
 
+    def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
+        """Store a node-health record with the cycle; return the re-decided verdict, if any."""
+        return None
+
     # -- machinery ------------------------------------------------------------
     def _submit(self, task: Callable[[], None], *, gated: bool = True) -> None:
         with self._cond:
@@ -123,7 +137,24 @@ class AttributionClient:
                     self._pending -= 1
                     self._cond.notify_all()
 
+    def _send_health(self, job_id: str, cycle: int, *, redecided: bool) -> None:
+        """Send the queued health records of (job, cycle); publish a re-decided verdict."""
+        with self._cond:
+            records = self._health.pop((job_id, cycle), [])
+        for record in records:
+            try:
+                verdict = self._record_health(job_id, cycle, record)
+            except Exception as exc:
+                self.on_warning(
+                    f"node health report for cycle {cycle} not recorded ({self.name}): "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                continue
+            if verdict is not None and redecided:
+                self.on_verdict(verdict)
+
     def _analyze_safely(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+        self._send_health(job_id, cycle, redecided=False)  # the analysis below includes them
         try:
             verdict = self._analyze(job_id, cycle, log_path, node)
         except Exception as exc:
@@ -232,6 +263,10 @@ class EmbeddedClient(AttributionClient):
         verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
         return _from_verdict_dict(cycle, verdict, "embedded")
 
+    def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
+        verdict = self._ready().record_node_health(job_id, cycle, record)
+        return None if verdict is None else _from_verdict_dict(cycle, verdict, "embedded")
+
 
 class HttpClient(AttributionClient):
     """`relaunch serve` over TCP (`http://host:port`) or a Unix socket (`unix:///path`)."""
@@ -305,6 +340,19 @@ class HttpClient(AttributionClient):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no verdict after {self.verdict_timeout:.0f} s")
             time.sleep(self.poll_interval)
+
+    def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
+        from urllib.parse import quote
+
+        resp = self._http.post(
+            f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/node-health",
+            json=record,
+            timeout=max(self._http.timeout.read or 5.0, 60.0),  # the service re-decides
+        )
+        if resp.status_code >= 400:
+            raise RuntimeError(f"POST node-health answered {resp.status_code}: {resp.text[:200]}")
+        verdict = resp.json().get("verdict")
+        return _from_verdict_dict(cycle, verdict, "http") if isinstance(verdict, dict) else None
 
     def close(self) -> None:
         super().close()

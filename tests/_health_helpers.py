@@ -2,7 +2,7 @@
 
 Run as a script, it serves `nvhcd.HealthCheckService` on a Unix socket and answers
 according to MODE (healthy, failing, fail_count, output_fail_count, garbage, non_object,
-slow). `start_health_service()` starts it and waits until the socket answers.
+slow, and fail_after_first: healthy on the first call, failing from the second on). `start_health_service()` starts it and waits until the socket answers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-MODES = ("healthy", "failing", "fail_count", "output_fail_count", "garbage", "non_object", "slow")
+MODES = (
+    "healthy",
+    "failing",
+    "fail_count",
+    "output_fail_count",
+    "garbage",
+    "non_object",
+    "slow",
+    "fail_after_first",
+)
 
 
 def _reply(mode: str, args: list[str]):  # type: ignore[no-untyped-def]
@@ -58,8 +67,13 @@ def serve(socket_path: str, mode: str) -> None:
 
     from launcher.health import node_health_pb2_grpc
 
+    calls = [0]
+
     class Servicer(node_health_pb2_grpc.HealthCheckServiceServicer):
         def RunHealthCheck(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+            calls[0] += 1
+            if mode == "fail_after_first":
+                return _reply("healthy" if calls[0] == 1 else "failing", list(request.args))
             return _reply(mode, list(request.args))
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -103,3 +103,37 @@ def test_bug_stopped_by_service_verdict(tmp_path: Path, service: str) -> None:
     assert decisions[:2] == [("0", "RESTART"), ("1", "STOP")], r.stderr
     assert "source=http:" in r.stderr
     assert len(cycle_logs(tmp_path, "svc")) <= 3
+
+
+def test_unhealthy_node_report_reaches_the_service_verdict(tmp_path: Path, service: str) -> None:
+    """Cycle 0 crashes, the node then fails its health check: the launcher sends the report
+    to the service with cycle 0, whose verdict records it."""
+    from tests._health_helpers import start_health_service
+
+    with start_health_service("fail_after_first") as endpoint:
+        r = run_relaunch(
+            tmp_path,
+            job_args(
+                tmp_path,
+                "svcnh",
+                "--ft-attribution-endpoint",
+                service,
+                "--ft-node-health-check-endpoint",
+                endpoint,
+            )
+            + [str(WORKER), "--mode", "crash_once"],
+        )
+    assert r.returncode == 4, r.stderr
+    if service.startswith("unix://"):
+        client = httpx.Client(
+            transport=httpx.HTTPTransport(uds=service[len("unix://") :]), base_url="http://svc"
+        )
+    else:
+        client = httpx.Client(base_url=service)
+    with client:
+        cyc = client.get("/v1/jobs/svcnh/cycles/0").json()
+    host = socket.gethostname()
+    assert cyc["node_health"][host]["healthy"] is False
+    assert [n["node"] for n in cyc["verdict"]["node_health"]] == [host]
+    assert f"Node {host} failed its health check and is left out of cycle 1" in cyc["basis"]
+    assert re.search(r"verdict cycle=0 decision=RESTART .*left out of cycle 1", r.stderr)

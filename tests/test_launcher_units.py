@@ -344,6 +344,43 @@ def test_http_client_unreachable_gives_fallback_restart() -> None:
     assert any("unreachable" in w for w in warnings)
 
 
+def test_node_health_to_an_unreachable_service_is_a_warning_not_a_crash() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got, warnings, _ = _collect()
+    c = HttpClient(got.append, warnings.append, endpoint=f"http://127.0.0.1:{port}")
+    c.report_node_health("j", 0, {"node": "node1", "healthy": False})
+    assert c.drain(30)
+    c.close()
+    assert got == []
+    assert any("node health report for cycle 0 not recorded (http)" in w for w in warnings)
+
+
+def test_embedded_node_health_after_the_verdict_publishes_the_re_decided_one(
+    tmp_path: Path,
+) -> None:
+    """The analysis ran before the health report arrived: the report re-decides the cycle
+    and the launcher gets the new verdict, which records the node."""
+    if why := engine_available():
+        pytest.skip(why)
+    log = tmp_path / "cycle_0.log"
+    log.write_text("[rank 3]: RuntimeError: CUDA error: unspecified launch failure\n")
+    got, warnings, _ = _collect()
+    c = EmbeddedClient(
+        got.append, warnings.append, db_url=f"sqlite:///{tmp_path / 'h.db'}", audit_dir=None
+    )
+    c.release()
+    c.request_analysis("job", 0, str(log), None)
+    assert c.drain(60)
+    c.report_node_health("job", 0, {"node": "node1", "healthy": False, "reason": "xid 79"})
+    assert c.drain(60)
+    c.close()
+    assert warnings == []
+    assert [v.raw.get("node_health", []) != [] for v in got] == [False, True]
+    assert "Node node1 failed its health check" in got[1].reason
+
+
 def test_off_client_never_answers() -> None:
     got, warnings, _ = _collect()
     c = OffClient(got.append, warnings.append)

@@ -136,3 +136,113 @@ def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
         seen[k] = int(m.group(1))
         assert f"[relaunch] cycle 0 start: job=two node={k} " in text
     assert sorted(seen.values()) == [0, 1]  # global ranks, one per node
+
+
+def _db_verdict(tmp_path: Path, job: str, cycle: int):  # type: ignore[no-untyped-def]
+    from storage import open_repository
+
+    repo = open_repository(f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}")
+    try:
+        return repo.get_cycle(job, cycle)
+    finally:
+        repo.close()
+
+
+def test_node_failing_its_check_after_a_cycle_is_in_that_cycles_verdict(tmp_path: Path) -> None:
+    """Cycle 0 crashes; before cycle 1 the node fails its check: exit 4, and cycle 0's
+    verdict (database, audit artifact) records the node's health report."""
+    import json
+    import socket
+
+    from tests._health_helpers import start_health_service
+    from tests._launcher_helpers import engine_available
+
+    if why := engine_available():
+        pytest.skip(why)
+    with start_health_service("fail_after_first") as endpoint:
+        r = run_relaunch(
+            tmp_path,
+            job_args(tmp_path, "ill", "--ft-node-health-check-endpoint", endpoint)
+            + [str(WORKER), "--mode", "crash_once"],
+        )
+    assert r.returncode == 4, r.stderr
+    assert cycle_logs(tmp_path, "ill") == ["cycle_0.log"]
+    host = socket.gethostname()
+    written = tmp_path / "logs" / "ill" / "node_health" / f"{host}.cycle_1.json"
+    assert f"node health report written to {written}" in r.stderr
+    record = json.loads(written.read_text())
+    assert (record["healthy"], record["ran_this_cycle"], record["excluded_from_cycle"]) == (
+        False,
+        True,
+        1,
+    )
+    rec = _db_verdict(tmp_path, "ill", 0)
+    assert rec.node_health[host]["reason"] == record["reason"]
+    assert "ib check failed" in record["reason"]
+    notes = rec.verdict["node_health"]
+    assert [(n["node"], n["healthy"], n["failed_checks"]) for n in notes] == [
+        (host, False, ["external_service"])
+    ]
+    assert f"Node {host} failed its health check and is left out of cycle 1" in rec.basis
+    assert re.search(r"verdict cycle=0 decision=RESTART .*left out of cycle 1", r.stderr)
+    audit = json.loads((tmp_path / "logs" / "audit" / "ill" / "cycle_0.json").read_text())
+    assert audit["inputs"]["node_health"][0]["node"] == host
+
+
+def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> None:
+    """--nnodes 1:2: after cycle 0 one launcher's node fails its check and leaves; the other
+    (the rendezvous host) runs cycle 1 alone and succeeds; cycle 0's verdict names the node
+    that left."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tests._health_helpers import start_health_service
+    from tests._launcher_helpers import engine_available, relaunch_env
+
+    if why := engine_available():
+        pytest.skip(why)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def launcher(*extra: str) -> subprocess.Popen[str]:
+        cmd = [
+            sys.executable, "-m", "relaunch_cli", "run",
+            "--nnodes", "1:2", "--nproc-per-node", "1",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el",
+            "--rdzv-conf", "last_call_timeout=2",
+            "--log-dir", str(tmp_path / "logs"), "--job-id", "el",
+            "--workers-stop-timeout", "3", "--ft-gpu-health", "off", *extra,
+            str(WORKER), "--mode", "crash_once",
+        ]  # fmt: skip
+        return subprocess.Popen(
+            cmd, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
+        )
+
+    import time
+
+    with start_health_service("fail_after_first") as endpoint:
+        # the first launcher hosts the c10d store: the one that stays must be the host
+        well = launcher()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        sick = launcher("--ft-node-health-check-endpoint", endpoint)
+        errs = [p.communicate(timeout=100)[1] for p in (sick, well)]
+    assert [sick.returncode, well.returncode] == [4, 0], errs
+    logs = cycle_logs(tmp_path, "el")
+    assert "cycle_0.node0.log" in logs and "cycle_0.node1.log" in logs, logs
+    assert [n for n in logs if n.startswith("cycle_1")] == ["cycle_1.node0.log"], logs
+    survivor = (tmp_path / "logs" / "el" / "cycle_1.node0.log").read_text()
+    assert "world_size=1" in survivor and "all ranks exited with code 0" in survivor
+    (written,) = (tmp_path / "logs" / "el" / "node_health").glob("node*.cycle_1.json")
+    record = json.loads(written.read_text())
+    assert record["node"] in ("node0", "node1") and record["healthy"] is False
+    rec = _db_verdict(tmp_path, "el", 0)
+    assert [n["node"] for n in rec.verdict["node_health"]] == [record["node"]]
+    assert rec.node_health[record["node"]]["excluded_from_cycle"] == 1

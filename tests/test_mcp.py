@@ -42,6 +42,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     url = f"sqlite:///{tmp / 'relaunch.db'}"
     repo = storage.open_repository(url)
     seed_history(repo)
+    repo.save_node_health("train-llama", 1, {"node": "node2", "healthy": False, "reason": "xid 79"})
     repo.close()
     root = tmp / "root"
     root.mkdir()
@@ -129,6 +130,20 @@ def test_history_tools_return_structured_results(world: dict[str, Any]) -> None:
 
     s = search.structured_content
     assert s["count"] == 2 and sorted(c["cycle"] for c in s["cycles"]) == [0, 1]
+
+
+def test_explain_cycle_includes_node_health_reports(world: dict[str, Any]) -> None:
+    with_report, without = call(
+        world,
+        [
+            ("explain_cycle", {"job_id": "train-llama", "cycle": 1}),
+            ("explain_cycle", {"job_id": "train-llama", "cycle": 0}),
+        ],
+    )
+    assert with_report.structured_content["node_health"] == [
+        {"node": "node2", "healthy": False, "reason": "xid 79"}
+    ]
+    assert without.structured_content["node_health"] == []
 
 
 def test_stop_cycle_says_do_not_restart(world: dict[str, Any]) -> None:

@@ -238,3 +238,33 @@ def test_cycle_that_is_not_analysed_yet_says_so_and_polls(site: dict[str, Any]) 
     assert "<dt>Exit cause</dt><dd>running</dd>" in r.text
     assert r.headers["x-relaunch-live"] == "3000"  # the verdict will appear by itself
     assert "No primary failure evidence" in r.text
+
+
+def test_cycle_page_shows_node_health_reports(site: dict[str, Any]) -> None:
+    repo = site["repo"]
+    repo.save_node_health(
+        "train-llama",
+        1,
+        {
+            "node": "node3",
+            "host": "gpu-<b>17</b>",
+            "healthy": False,
+            "reason": "external_service: IB port down <script>x</script>",
+            "ran_this_cycle": True,
+            "excluded_from_cycle": 2,
+            "checks": [
+                {"name": "external_service", "status": "fail", "detail": "ib0 down"},
+                {"name": "nvml", "status": "not_available", "detail": "no driver"},
+            ],
+        },
+    )
+    html = http_get(site["url"] + "/jobs/train-llama/cycles/1").text
+    table = text_of(html[html.index('id="node-health-table"') :].split("</table>")[0])
+    assert "node3" in table and "unhealthy, ran this cycle" in table
+    assert "cycle 2" in table and "external_service fail: ib0 down" in table
+    assert "nvml" not in table  # only failed or broken checks are listed
+    assert "not yet" in table  # the stored verdict of cycle 1 predates the report
+    assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "gpu-&lt;b&gt;17&lt;/b&gt;" in html
+    other = http_get(site["url"] + "/jobs/train-llama/cycles/0").text
+    assert 'id="node-health"' not in other  # no reports: no section

@@ -240,6 +240,42 @@ def llm_view(llm: Any) -> dict[str, Any] | None:
     }
 
 
+def node_health_view(stored: Any, notes: Any) -> list[dict[str, Any]]:
+    """Health reports of nodes around this cycle: the stored records (with every check),
+    and whether the verdict took each one into account."""
+    in_verdict = {str(n.get("node")) for n in notes or [] if isinstance(n, Mapping)}
+    records = dict(stored) if isinstance(stored, Mapping) else {}
+    for n in notes or []:  # a verdict made elsewhere may list nodes not stored here
+        if isinstance(n, Mapping) and str(n.get("node")) not in records:
+            records[str(n.get("node"))] = n
+    out = []
+    for node, rec in sorted(records.items()):
+        if not isinstance(rec, Mapping):
+            continue
+        checks = [
+            {
+                "name": str(c.get("name", "")),
+                "status": str(c.get("status", "")),
+                "detail": str(c.get("detail", "")),
+            }
+            for c in rec.get("checks") or []
+            if isinstance(c, Mapping)
+        ]
+        out.append(
+            {
+                "node": node,
+                "host": rec.get("host"),
+                "healthy": rec.get("healthy") is True,
+                "reason": str(rec.get("reason") or ""),
+                "ran_this_cycle": bool(rec.get("ran_this_cycle")),
+                "excluded_from_cycle": rec.get("excluded_from_cycle"),
+                "checks": checks,
+                "in_verdict": node in in_verdict,
+            }
+        )
+    return out
+
+
 def fr_view(findings: Any) -> dict[str, Any] | None:
     """Flight Recorder findings (`attribution.fr.analyze_paths` result): culprits and groups."""
     if not isinstance(findings, Mapping) or not findings:
@@ -340,6 +376,7 @@ def cycle_detail(record: Any) -> dict[str, Any]:
         "progress": verdict.get("progress") or {},
         "fan_out": key_values(verdict.get("fan_out")),
         "fr": fr_view(c.get("fr_findings") or verdict.get("fr")),
+        "node_health": node_health_view(c.get("node_health"), verdict.get("node_health")),
         "llm": llm_view(c.get("llm")),
         "llm_contributed": bool((verdict.get("llm") or {}).get("contributed")),
         "has_verdict": bool(verdict),

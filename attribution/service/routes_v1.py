@@ -14,7 +14,12 @@ from fastapi import APIRouter, File, Query, Request, UploadFile
 
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.routes_nvrx import state_of, wait_future
-from attribution.service.schemas import FRAnswer, VerdictAnswer
+from attribution.service.schemas import (
+    FRAnswer,
+    NodeHealthAnswer,
+    NodeHealthSubmission,
+    VerdictAnswer,
+)
 from attribution.service.state import MAX_CYCLE, ServiceState, check_job_id
 from attribution.service.tracker import TrackedLog
 
@@ -292,3 +297,29 @@ async def upload_fr(
         "findings": findings,
         "verdict": verdict,
     }
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/node-health", response_model=NodeHealthAnswer)
+async def post_node_health(
+    job_id: str, cycle: int, report: NodeHealthSubmission, request: Request
+) -> dict[str, Any]:
+    """Store a node's health report with a cycle and decide the cycle again so that its
+    verdict records the node (when the cycle's log is known); a later report for the same
+    node replaces the earlier one."""
+    st = state_of(request)
+    check_job_id(job_id)
+    _cycle_path(cycle)
+    record = report.model_dump(mode="json")
+    await asyncio.to_thread(st.repo.save_node_health, job_id, cycle, record)
+    verdict = None
+    tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
+    if tl is not None and tl.path.exists():
+        for _ in range(2):  # an analysis already in flight may have read the records before
+            fut = await asyncio.to_thread(st.analyze, tl, force=True)
+            await wait_future(fut, st.settings.wait_timeout_s)
+            if not fut.done() or fut.exception() is not None:
+                break
+            verdict = fut.result()
+            if report.node in {str(n.get("node")) for n in verdict.get("node_health") or []}:
+                break
+    return {"job_id": job_id, "cycle": cycle, "node": report.node, "verdict": verdict}

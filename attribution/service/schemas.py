@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 
 class LogSubmission(BaseModel):
@@ -81,4 +81,28 @@ class FRAnswer(BaseModel):
     cycle: int
     files: list[str]
     findings: dict[str, Any]
+    verdict: dict[str, Any] | None
+
+
+class NodeHealthSubmission(BaseModel):
+    """One node's health report (`HealthReport.to_dict()` plus where it stands in the job)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    node: str = Field(min_length=1, max_length=255, description="node0, node1, ... or a host")
+    healthy: StrictBool
+    reason: str = Field(default="", max_length=4000)
+    host: str | None = Field(default=None, max_length=255)
+    ran_this_cycle: StrictBool = Field(
+        default=False, description="the node ran this cycle and failed its check after it"
+    )
+    excluded_from_cycle: int | None = Field(default=None, ge=0)
+    checks: list[dict[str, Any]] = Field(default_factory=list, max_length=256)
+    duration_s: float | None = None
+
+
+class NodeHealthAnswer(BaseModel):
+    job_id: str
+    cycle: int
+    node: str
     verdict: dict[str, Any] | None

@@ -2,9 +2,11 @@
 
 Public API: `preflight(...) -> HealthReport` (fields `healthy`, `checks`, `reason`,
 `to_dict()`), `CheckResult`, `NvmlOptions`, the pure `counter_growth` / `growth_by_key`
-and the `ExternalHealthClient`. See docs/node_health.md.
+the `ExternalHealthClient`, and `exclusion_record` / `write_record` (what a node left
+out of the next cycle records). See docs/node_health.md.
 """
 
+from launcher.health.exclusion import exclusion_record, write_record
 from launcher.health.growth import GrowthVerdict, counter_growth, growth_by_key
 from launcher.health.nvml import NvmlOptions, gpu_checks, nvml_probe
 from launcher.health.preflight import preflight
@@ -16,8 +18,10 @@ __all__ = [
     "HealthReport",
     "NvmlOptions",
     "counter_growth",
+    "exclusion_record",
     "gpu_checks",
     "growth_by_key",
     "nvml_probe",
     "preflight",
+    "write_record",
 ]

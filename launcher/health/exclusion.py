@@ -1,0 +1,56 @@
+"""What a launcher records when its node fails the health check before a rendezvous.
+
+Owns: which cycle the report belongs to (the cycle that just ended, whose verdict records
+that the node is left out of the next; cycle 0 when the node fails before it ever joined),
+the record itself (`HealthReport.to_dict()` plus the node's place in the job, the shape
+`restart_agent.NodeHealthNote.from_dict` reads), and the JSON copy written next to the
+cycle logs (`<job dir>/node_health/<node>.cycle_<K>.json`, K the cycle it is left out of).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from launcher.health.report import HealthReport
+
+
+def exclusion_record(
+    report: HealthReport, *, last_cycle: int, node_index: int | None
+) -> tuple[int, dict[str, Any]]:
+    """(cycle whose verdict records it, record) for a node that did not join the next cycle.
+
+    `last_cycle` is the last cycle this launcher ran (-1: none yet); `node_index` its node
+    number in that cycle (None on a single-node job or before any cycle)."""
+    host = report.node or socket.gethostname()
+    ran = last_cycle >= 0
+    record = report.to_dict()
+    record.update(
+        node=f"node{node_index}" if node_index is not None else host,
+        host=host,
+        ran_this_cycle=ran,
+        excluded_from_cycle=last_cycle + 1 if ran else 0,
+    )
+    return (last_cycle if ran else 0), record
+
+
+def write_record(job_dir: str | os.PathLike[str], record: dict[str, Any]) -> Path:
+    """Write the record atomically as JSON under `<job_dir>/node_health/`; returns the path."""
+    out_dir = Path(job_dir) / "node_health"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(record["node"]))
+    path = out_dir / f"{safe}.cycle_{record['excluded_from_cycle']}.json"
+    fd, tmp = tempfile.mkstemp(prefix=".health-", suffix=".json", dir=out_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
