@@ -370,3 +370,42 @@ def test_cli_serve_and_send(tmp_path: Path) -> None:
     assert serve.returncode == 0
     assert '"cli-node": 2' in rest
     assert (tmp_path / "cli.log").read_bytes() == b"[cli-node] one\n[cli-node] two\n"
+
+
+def test_cycle_log_falls_back_to_a_local_file_when_the_writer_goes_away(tmp_path: Path) -> None:
+    """The funnel writer dies mid-cycle: the cycle log says so, calls back, and the lines
+    written after the failure continue in the launcher's own copy of the log."""
+    from launcher.cycle_log import CycleLog
+
+    root = tmp_path / "writer"
+    root.mkdir()
+    local = tmp_path / "local" / "cycle_0.log"
+    local.parent.mkdir()
+    errors: list[str] = []
+    server = FunnelServer(root)
+    server.start()
+    log = CycleLog(
+        FunnelSink(server.address, "cycle_0.log", flush_interval_s=0.02, send_timeout_s=5),
+        fallback_path=local,
+        on_sink_error=errors.append,
+    )
+    log.event("before the writer went away", wait=True)
+    deadline = time.monotonic() + 10
+    remote = root / "cycle_0.log"
+    while time.monotonic() < deadline and b"before" not in (
+        remote.read_bytes() if remote.exists() else b""
+    ):
+        time.sleep(0.02)
+    assert remote.read_bytes() == b"[relaunch] before the writer went away\n"
+    server.stop()
+    n = 0
+    while not errors and time.monotonic() < deadline + 20:
+        log.event(f"after {n}", wait=True)
+        n += 1
+        time.sleep(0.05)
+    log.close()
+    assert errors and "log funnel at" in errors[0], errors
+    text = local.read_text()
+    assert text.startswith("[relaunch] warning: log sink failed (FunnelError: log funnel at")
+    assert f"[relaunch] after {n - 1}\n" in text  # the line that met the failure is kept
+    assert "before the writer" not in text  # what the writer had is not written twice
