@@ -326,39 +326,10 @@ def _map_pg_ids(
     return mapping
 
 
-def _group_by_pg_id(entries: list[Any]) -> dict[Any, list[dict[str, Any]]]:
-    """Entries by `pg_id`, in record order: the hot loop (one dict lookup per entry).
-
-    Raises AttributeError/TypeError on a non-dict entry or an unhashable pg_id (the caller
-    then takes the checked path); entries whose pg_id is missing or not an int/str are
-    regrouped by their process group's name."""
-    by_key: dict[Any, list[dict[str, Any]]] = {}
-    for e in entries:
-        k = e.get("pg_id")
-        lst = by_key.get(k)
-        if lst is None:
-            lst = by_key[k] = []
-        lst.append(e)
-    for k in [k for k in by_key if k is None or not isinstance(k, (int, str))]:
-        for e in by_key.pop(k):
-            by_key.setdefault(("name", _entry_group(e)[0]), []).append(e)
-    return by_key
-
-
-def _group_by_pg_id_checked(entries: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
-    by_key: dict[Any, list[dict[str, Any]]] = {}
-    for e in entries:
-        k = e.get("pg_id")
-        if k is None or not isinstance(k, (int, str)):
-            k = ("name", _entry_group(e)[0])
-        by_key.setdefault(k, []).append(e)
-    return by_key
-
-
 def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     """Turn a decoded dump into a RankDump (pure; tolerant of missing optional fields)."""
     pg_config = _parse_pg_config(raw.get("pg_config"))
-    entries: list[Any] = raw.get("entries", [])
+    entries = [e for e in raw.get("entries", []) if isinstance(e, dict)]
     raw_status = raw.get("pg_status") if isinstance(raw.get("pg_status"), dict) else {}
 
     # Link local pg ids to group names, and remember the last entry of each group.
@@ -366,11 +337,15 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     desc_of: dict[str, str] = {n: d for n, (d, _) in pg_config.items()}
     last_of: dict[str, dict[str, Any]] = {}
     by_group: dict[str, list[dict[str, Any]]] = {}
-    try:
-        by_key = _group_by_pg_id(entries)
-    except (AttributeError, TypeError):  # an entry that is not a dict, or an unhashable pg_id
-        entries = [e for e in entries if isinstance(e, dict)]
-        by_key = _group_by_pg_id_checked(entries)
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for e in entries:  # the hot loop: one dict lookup per entry
+        k = e.get("pg_id")
+        if k is None or not isinstance(k, (int, str)):
+            k = ("name", _entry_group(e)[0])
+        lst = by_key.get(k)
+        if lst is None:
+            lst = by_key[k] = []
+        lst.append(e)
     for k, lst in by_key.items():
         name, desc = _entry_group(lst[-1])
         if isinstance(k, tuple):
@@ -446,7 +421,7 @@ def _derive(gs: GroupState, ents: list[dict[str, Any]], unit: str) -> None:
                 gs.stalled_at = ("?", comp + 1)
         return
     flags = [e.get("is_p2p") for e in ents]
-    if not {True, False}.issuperset(flags):  # some entry lacks a boolean is_p2p
+    if not all(f is True or f is False for f in flags):
         flags = [_entry_is_p2p(e) for e in ents]
     chans = ["op"] * len(ents) if unit == "op_id" else ["p2p" if f else "coll" for f in flags]
 
