@@ -302,7 +302,7 @@ def recheck(path: str | os.PathLike[str]) -> RecheckResult:
     fr = inputs.get("fr_culprit_ranks")
     try:
         notes = [NodeHealthNote.from_dict(n) for n in inputs.get("node_health") or []]
-    except (ValueError, AttributeError) as exc:
+    except (ValueError, AttributeError, TypeError) as exc:
         raise AuditFormatError(f"bad recorded node_health: {exc}") from None
     verdict = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes).to_dict()
     for key in COMPARED_KEYS:

@@ -272,8 +272,9 @@ class AttributionEngine:
         """Store one node's health record with a cycle; return the re-decided verdict.
 
         The record is checked (`NodeHealthNote.from_dict`: ValueError on a bad one) and
-        saved. When the cycle already has a verdict that does not list this node and its
-        log is still there, the cycle is decided again so that its verdict records the node
+        saved. When the cycle already has a verdict that does not list this node as
+        reported (absent, or an earlier report of it) and its log is still there, the cycle
+        is decided again so that its verdict records the node
         (it may change a ceiling STOP into `restart.unhealthy_node_excluded`); otherwise the
         next analysis of the cycle reads the stored record. Needs a repository.
         """
@@ -284,8 +285,14 @@ class AttributionEngine:
         rec = self.repo.get_cycle(job_id, cycle)
         if rec is None or rec.verdict is None or not rec.log_path:
             return None
-        listed = {str(n.get("node")) for n in rec.verdict.get("node_health") or []}
-        if note.node in listed or not Path(rec.log_path).is_file():
+        listed = [
+            n
+            for n in rec.verdict.get("node_health") or []
+            if isinstance(n, dict) and str(n.get("node")) == note.node
+        ]
+        if listed and listed[0] == note.to_dict():  # the verdict already says exactly this
+            return None
+        if not Path(rec.log_path).is_file():
             return None
         return self.analyze_cycle(job_id, cycle, rec.log_path, extra={"reason": "node_health"})
 

@@ -135,6 +135,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._state_lock = threading.RLock()
         self.verdicts: dict[int, VerdictInfo] = {}
         self.stop_verdict: VerdictInfo | None = None
+        self._stop_applied = False  # the monitor acted on stop_verdict: it can no longer change
         self.health_reason: str | None = None
         self._monitor: RankMonitor | None = None
         self._gate_open = False
@@ -188,6 +189,17 @@ class RelaunchAgent(LocalElasticAgent):
             and self.stop_verdict is None
         ):
             self.stop_verdict = v  # applied by the monitor loop at its next tick
+        elif (
+            v.decision == "RESTART"
+            and v.source != "fallback"
+            and self.stop_verdict is not None
+            and self.stop_verdict.cycle == v.cycle
+            and not self._stop_applied
+        ):
+            # the cycle was decided again (e.g. a node's failed health check arrived after
+            # the first verdict): the newer verdict replaces the STOP not yet applied
+            self.stop_verdict = None
+            self.say(f"STOP for cycle {v.cycle} withdrawn: decided again as RESTART")
 
     # -- cycles -------------------------------------------------------------------
     def _node(self, worker_group: WorkerGroup) -> int | None:
@@ -272,12 +284,14 @@ class RelaunchAgent(LocalElasticAgent):
         try:
             path = write_record(self.settings.job_dir, record)
             self.say(f"node health report written to {path}")
-        except OSError as exc:
+        except (OSError, TypeError, ValueError) as exc:
             self.say(f"warning: node health report not written: {exc}")
-        self.attribution.report_node_health(self.settings.job_id, cycle, record)
+        if cycle is not None:  # before its first cycle a node has no verdict to join
+            self.attribution.report_node_health(self.settings.job_id, cycle, record)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         if self.stop_verdict is not None:
+            self._stop_applied = True
             raise _StopJob()
         st = self._begin_cycle(worker_group)
         monitor = RankMonitor(
@@ -320,6 +334,7 @@ class RelaunchAgent(LocalElasticAgent):
         st = self._state
         if self.stop_verdict is not None and st is not None and not st.ended:
             v = self.stop_verdict
+            self._stop_applied = True
             st.stopped_by_verdict = True
             st.failure = "stopped by verdict"
             st.log.event(
@@ -535,8 +550,9 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
     try:
         code = agent.run_job()
         # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
-        # the other nodes go on without it (closing would end the job everywhere).
-        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY
+        # the other nodes go on without it (closing would end the job everywhere). With a
+        # fixed node count they could not, so it is closed and they end promptly.
+        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY or settings.min_nodes == settings.max_nodes
         return code
     except SignalException as exc:
         shutdown_rdzv = False

@@ -146,7 +146,7 @@ class AttributionClient:
                 verdict = self._record_health(job_id, cycle, record)
             except Exception as exc:
                 self.on_warning(
-                    f"node health report for cycle {cycle} not recorded ({self.name}): "
+                    f"node health report for cycle {cycle} not confirmed ({self.name}): "
                     f"{type(exc).__name__}: {exc}"
                 )
                 continue

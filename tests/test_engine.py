@@ -287,6 +287,23 @@ def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_p
     assert doc["inputs"]["node_health"][0]["reason"] == SICK_NODE["reason"]
     assert doc["rule"] == "restart.unhealthy_node_excluded"
     assert recheck(art).ok
+    # a later report of the same node that says something else: decided again
+    worse = dict(SICK_NODE, reason="external_service: ib and nvlink down")
+    third = engine.record_node_health("j", 2, worse)
+    assert third is not None and "ib and nvlink down" in third["basis"]
+    engine.drain(10)
+    # tampered node-health inputs are a format error, not a crash
+    import json
+
+    from attribution.audit import AuditFormatError
+
+    for bad in ([{"node": "x", "healthy": "no"}], [5], 5):
+        doc = load_artifact(art)
+        doc["inputs"]["node_health"] = bad
+        tampered = tmp_path / "tampered.json"
+        tampered.write_text(json.dumps(doc))
+        with pytest.raises(AuditFormatError, match="bad recorded node_health"):
+            recheck(tampered)
     engine.close()
 
 

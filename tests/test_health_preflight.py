@@ -56,3 +56,30 @@ def test_report_reasons() -> None:
 def test_check_status_is_validated() -> None:
     with pytest.raises(ValueError, match="unknown check status 'bad'"):
         CheckResult("x", "bad")  # type: ignore[arg-type]
+
+
+def test_exclusion_record_names_the_cycle_and_the_node(tmp_path) -> None:
+    import json
+
+    from launcher.health import exclusion_record, write_record
+    from launcher.health.report import CheckResult, HealthReport
+
+    report = HealthReport.from_checks(
+        [CheckResult("external_service", "fail", "x" * 5000)], node="gpu-17"
+    )
+    cycle, rec = exclusion_record(report, last_cycle=3, node_index=1)
+    assert cycle == 3
+    assert (rec["node"], rec["host"], rec["ran_this_cycle"], rec["excluded_from_cycle"]) == (
+        "node1",
+        "gpu-17",
+        True,
+        4,
+    )
+    assert len(rec["reason"]) == 2000  # bounded: the service takes up to 4,000 characters
+    path = write_record(tmp_path, rec)
+    assert path == tmp_path / "node_health" / "node1.cycle_4.json"
+    assert json.loads(path.read_text()) == rec
+    # before its first cycle a node knows no cycle of the job: nothing to attach to
+    cycle, rec = exclusion_record(report, last_cycle=-1, node_index=None)
+    assert cycle is None and rec["node"] == "gpu-17" and rec["excluded_from_cycle"] is None
+    assert write_record(tmp_path, rec).name == "gpu-17.first.json"

@@ -354,7 +354,7 @@ def test_node_health_to_an_unreachable_service_is_a_warning_not_a_crash() -> Non
     assert c.drain(30)
     c.close()
     assert got == []
-    assert any("node health report for cycle 0 not recorded (http)" in w for w in warnings)
+    assert any("node health report for cycle 0 not confirmed (http)" in w for w in warnings)
 
 
 def test_embedded_node_health_after_the_verdict_publishes_the_re_decided_one(
@@ -419,3 +419,37 @@ def test_embedded_client_real_engine_never_blocks_caller(tmp_path: Path) -> None
     c.close()
     assert len(got) == 1 and got[0].cycle == 0 and got[0].source == "embedded"
     assert got[0].decision in ("STOP", "RESTART") and got[0].reason
+
+
+def _verdict_sink_agent():  # type: ignore[no-untyped-def]
+    """A RelaunchAgent with only what `_on_verdict` uses (no rendezvous, no workers)."""
+    import io
+
+    from launcher.agent import RelaunchAgent
+
+    agent = RelaunchAgent.__new__(RelaunchAgent)
+    agent.settings = config.resolve({"ft_attribution_stop_action": "no-restart"})
+    agent._out, agent._out_lock = io.StringIO(), threading.Lock()
+    agent._state, agent._state_lock, agent._late_lines = None, threading.RLock(), []
+    agent.verdicts, agent.stop_verdict, agent._stop_applied = {}, None, False
+    return agent
+
+
+def test_a_re_decided_restart_withdraws_a_stop_not_yet_applied() -> None:
+    agent = _verdict_sink_agent()
+    stop = VerdictInfo(2, "STOP", "ceiling", "stop.same_root_ceiling", "embedded")
+    again = VerdictInfo(2, "RESTART", "node1 left", "restart.unhealthy_node_excluded", "embedded")
+    agent._on_verdict(stop)
+    assert agent.stop_verdict is stop
+    agent._on_verdict(VerdictInfo(2, "RESTART", "no verdict", None, "fallback"))
+    assert agent.stop_verdict is stop  # a fallback never overrides a real STOP
+    agent._on_verdict(VerdictInfo(1, "RESTART", "older cycle", None, "embedded"))
+    assert agent.stop_verdict is stop  # another cycle's verdict neither
+    agent._on_verdict(again)
+    assert agent.stop_verdict is None and agent.verdicts[2] is again
+    assert "STOP for cycle 2 withdrawn" in agent._out.getvalue()
+    # once the monitor acted on a STOP, a later verdict cannot take it back
+    agent._on_verdict(stop)
+    agent._stop_applied = True
+    agent._on_verdict(again)
+    assert agent.stop_verdict is stop

@@ -70,6 +70,12 @@ def test_unhealthy_node_does_not_join(tmp_path: Path) -> None:
     assert "node unhealthy, not joining the rendezvous" in r.stderr
     assert "ib check failed" in r.stderr
     assert cycle_logs(tmp_path, "sick") == []  # no worker was started
+    import json
+    import socket
+
+    # no cycle ran: no verdict to join, but the report is kept next to the logs
+    first = tmp_path / "logs" / "sick" / "node_health" / f"{socket.gethostname()}.first.json"
+    assert json.loads(first.read_text())["healthy"] is False
 
 
 def test_healthy_node_runs(tmp_path: Path) -> None:
@@ -138,10 +144,10 @@ def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
     assert sorted(seen.values()) == [0, 1]  # global ranks, one per node
 
 
-def _db_verdict(tmp_path: Path, job: str, cycle: int):  # type: ignore[no-untyped-def]
+def _db_verdict(tmp_path: Path, job: str, cycle: int, db: Path | None = None):  # type: ignore[no-untyped-def]
     from storage import open_repository
 
-    repo = open_repository(f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}")
+    repo = open_repository(f"sqlite:///{db or tmp_path / 'home' / 'relaunch.db'}")
     try:
         return repo.get_cycle(job, cycle)
     finally:
@@ -207,13 +213,14 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
 
-    def launcher(*extra: str) -> subprocess.Popen[str]:
+    def launcher(name: str, *extra: str) -> subprocess.Popen[str]:
         cmd = [
             sys.executable, "-m", "relaunch_cli", "run",
             "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el",
             "--rdzv-conf", "last_call_timeout=2",
             "--log-dir", str(tmp_path / "logs"), "--job-id", "el",
+            "--ft-db-url", f"sqlite:///{tmp_path / f'{name}.db'}",  # each node its own history
             "--workers-stop-timeout", "3", "--ft-gpu-health", "off", *extra,
             str(WORKER), "--mode", "crash_once",
         ]  # fmt: skip
@@ -225,14 +232,14 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
 
     with start_health_service("fail_after_first") as endpoint:
         # the first launcher hosts the c10d store: the one that stays must be the host
-        well = launcher()
+        well = launcher("well")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
-        sick = launcher("--ft-node-health-check-endpoint", endpoint)
+        sick = launcher("sick", "--ft-node-health-check-endpoint", endpoint)
         errs = [p.communicate(timeout=100)[1] for p in (sick, well)]
     assert [sick.returncode, well.returncode] == [4, 0], errs
     logs = cycle_logs(tmp_path, "el")
@@ -243,6 +250,6 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
     (written,) = (tmp_path / "logs" / "el" / "node_health").glob("node*.cycle_1.json")
     record = json.loads(written.read_text())
     assert record["node"] in ("node0", "node1") and record["healthy"] is False
-    rec = _db_verdict(tmp_path, "el", 0)
+    rec = _db_verdict(tmp_path, "el", 0, tmp_path / "sick.db")  # the leaving node's history
     assert [n["node"] for n in rec.verdict["node_health"]] == [record["node"]]
     assert rec.node_health[record["node"]]["excluded_from_cycle"] == 1

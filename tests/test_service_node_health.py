@@ -91,5 +91,12 @@ def test_bad_node_health_reports_get_a_clear_error_and_lose_nothing(
         assert r.status_code == status, r.text
         assert field in r.text
         assert c.post("/v1/jobs/j/cycles/-1/node-health", json=SICK).status_code == 400
+        nan = c.post(  # JSON cannot hold NaN: a free-form field keeps null, never a 500
+            "/v1/jobs/j/cycles/1/node-health",
+            content=b'{"node": "n1", "healthy": false, "gpu_temp": NaN}',
+            headers={"content-type": "application/json"},
+        )
+        assert nan.status_code == 200, nan.text
+        assert c.get("/v1/jobs/j/cycles/1").json()["node_health"]["n1"]["gpu_temp"] is None
         cyc = c.get("/v1/jobs/j/cycles/0").json()
         assert cyc["node_health"] == {"node1": SICK}

@@ -310,12 +310,20 @@ async def post_node_health(
     check_job_id(job_id)
     _cycle_path(cycle)
     record = report.model_dump(mode="json")
-    await asyncio.to_thread(st.repo.save_node_health, job_id, cycle, record)
+    try:
+        await asyncio.to_thread(st.repo.save_node_health, job_id, cycle, record)
+    except ValueError as exc:  # e.g. NaN in a free-form field: JSON cannot hold it
+        raise ApiError("invalid_parameter", f"node health report: {exc}") from None
     verdict = None
     tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
     if tl is not None and tl.path.exists():
         for _ in range(2):  # an analysis already in flight may have read the records before
-            fut = await asyncio.to_thread(st.analyze, tl, force=True)
+            try:
+                fut = await asyncio.to_thread(st.analyze, tl, force=True)
+            except ApiError as exc:  # overloaded: the record is stored, the next analysis reads it
+                if exc.error_code != "overloaded":
+                    raise
+                break
             await wait_future(fut, st.settings.wait_timeout_s)
             if not fut.done() or fut.exception() is not None:
                 break

@@ -1,10 +1,11 @@
 """What a launcher records when its node fails the health check before a rendezvous.
 
 Owns: which cycle the report belongs to (the cycle that just ended, whose verdict records
-that the node is left out of the next; cycle 0 when the node fails before it ever joined),
+that the node is left out of the next; none when the node fails before it ever joined),
 the record itself (`HealthReport.to_dict()` plus the node's place in the job, the shape
 `restart_agent.NodeHealthNote.from_dict` reads), and the JSON copy written next to the
-cycle logs (`<job dir>/node_health/<node>.cycle_<K>.json`, K the cycle it is left out of).
+cycle logs (`<job dir>/node_health/<node>.cycle_<K>.json`, K the cycle it is left out of;
+`<node>.first.json` before the first cycle).
 """
 
 from __future__ import annotations
@@ -18,24 +19,30 @@ from typing import Any
 
 from launcher.health.report import HealthReport
 
+MAX_REASON = 2000  # the service accepts up to 4,000 characters
+
 
 def exclusion_record(
     report: HealthReport, *, last_cycle: int, node_index: int | None
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int | None, dict[str, Any]]:
     """(cycle whose verdict records it, record) for a node that did not join the next cycle.
 
     `last_cycle` is the last cycle this launcher ran (-1: none yet); `node_index` its node
-    number in that cycle (None on a single-node job or before any cycle)."""
+    number in that cycle (None on a single-node job or before any cycle). A node that
+    fails before its first cycle gets cycle None: its launcher does not know the job's
+    cycle numbers (a replacement node may join mid-job), so there is no verdict to join and
+    only the JSON copy is written."""
     host = report.node or socket.gethostname()
     ran = last_cycle >= 0
     record = report.to_dict()
     record.update(
         node=f"node{node_index}" if node_index is not None else host,
         host=host,
+        reason=str(record.get("reason") or "")[:MAX_REASON],
         ran_this_cycle=ran,
-        excluded_from_cycle=last_cycle + 1 if ran else 0,
+        excluded_from_cycle=last_cycle + 1 if ran else None,
     )
-    return (last_cycle if ran else 0), record
+    return (last_cycle if ran else None), record
 
 
 def write_record(job_dir: str | os.PathLike[str], record: dict[str, Any]) -> Path:
@@ -43,11 +50,12 @@ def write_record(job_dir: str | os.PathLike[str], record: dict[str, Any]) -> Pat
     out_dir = Path(job_dir) / "node_health"
     out_dir.mkdir(parents=True, exist_ok=True)
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(record["node"]))
-    path = out_dir / f"{safe}.cycle_{record['excluded_from_cycle']}.json"
+    when = record.get("excluded_from_cycle")
+    path = out_dir / (f"{safe}.cycle_{when}.json" if when is not None else f"{safe}.first.json")
     fd, tmp = tempfile.mkstemp(prefix=".health-", suffix=".json", dir=out_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=2)
+            json.dump(record, fh, indent=2, default=str)
             fh.write("\n")
         os.replace(tmp, path)
     except BaseException:
