@@ -330,12 +330,16 @@ def _collect() -> tuple[list[VerdictInfo], list[str], threading.Event]:
     return got, warnings, threading.Event()
 
 
-def test_http_client_unreachable_gives_fallback_restart() -> None:
+def _unreachable_endpoint() -> str:
+    """http://127.0.0.1:PORT where nothing listens (the port was free a moment ago)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_http_client_unreachable_gives_fallback_restart() -> None:
     got, warnings, _ = _collect()
-    c = HttpClient(got.append, warnings.append, endpoint=f"http://127.0.0.1:{port}")
+    c = HttpClient(got.append, warnings.append, endpoint=_unreachable_endpoint())
     c.register("j", 0, "/tmp/x.log", None)
     c.request_analysis("j", 0, "/tmp/x.log", None)
     assert c.drain(30)
@@ -345,11 +349,8 @@ def test_http_client_unreachable_gives_fallback_restart() -> None:
 
 
 def test_node_health_to_an_unreachable_service_is_a_warning_not_a_crash() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     got, warnings, _ = _collect()
-    c = HttpClient(got.append, warnings.append, endpoint=f"http://127.0.0.1:{port}")
+    c = HttpClient(got.append, warnings.append, endpoint=_unreachable_endpoint())
     c.report_node_health("j", 0, {"node": "node1", "healthy": False})
     assert c.drain(30)
     c.close()
