@@ -131,3 +131,18 @@ class EvidenceRow(Base):
     text: Mapped[str | None] = mapped_column(Text)
 
     cycle_row: Mapped[Cycle] = relationship(back_populates="evidence")
+
+
+class AlertClaim(Base):
+    """An alert already sent for a job (revision 0004): dedup that survives restarts.
+
+    `key` names what was alerted, e.g. `slack:cycle:3:STOP` or `slack:recurring:<fp>`;
+    inserting a key that exists fails, so one process wins a race to send."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (UniqueConstraint("job_pk", "key", name="uq_alerts_job_pk_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    key: Mapped[str] = mapped_column(String(512), nullable=False)
+    sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.db import StorageError, writer
-from storage.models import Cycle, EvidenceRow, Job
+from storage.models import AlertClaim, Cycle, EvidenceRow, Job
 from storage.records import CycleRecord, JobRecord, as_utc
 
 T = TypeVar("T")
@@ -292,6 +292,32 @@ class HistoryRepository:
             row.node_health = {**(row.node_health or {}), str(node): record}
 
         self._update_cycle(job_id, cycle, apply)
+
+    def claim_alert(self, job_id: str, key: str) -> bool:
+        """Record that the alert `key` of a job is being sent; False when it already was.
+
+        Atomic across processes (the job row is locked and the key is unique), so after a
+        service restart, or with two services on one database, an alert goes out once."""
+        job_id = _check_job_id(job_id)
+        if not isinstance(key, str) or not key or len(key) > 512:
+            raise ValueError("alert key must be a non-empty string of at most 512 characters")
+
+        def op(session: Session) -> bool:
+            job = self._job(session, job_id)
+            assert job is not None
+            found = session.scalars(
+                select(AlertClaim.id).where(AlertClaim.job_pk == job.id, AlertClaim.key == key)
+            ).first()
+            if found is not None:
+                return False
+            session.add(AlertClaim(job_pk=job.id, key=key, sent_at=_now()))
+            session.flush()
+            return True
+
+        try:
+            return self._write_retrying(op, attempts=1)
+        except IntegrityError:  # another process inserted the same key first
+            return False
 
     def save_llm(self, job_id: str, cycle: int, llm: dict[str, Any]) -> None:
         """Attach an LLM enrichment to a cycle (the deterministic verdict is left as it is)."""

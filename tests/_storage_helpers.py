@@ -30,10 +30,13 @@ def pg_url_or_skip() -> str:
         pytest.skip("psycopg2 is not installed (pip install 'relaunch[postgres]')")
     from sqlalchemy import create_engine, text
 
+    from storage.models import Base
+
     engine = create_engine(url)
+    tables = [t.name for t in reversed(Base.metadata.sorted_tables)] + ["alembic_version"]
     try:
         with engine.begin() as conn:
-            for table in ("evidence", "cycles", "jobs", "alembic_version"):
+            for table in tables:  # every table the models know: a fresh database per test
                 conn.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
     except Exception as exc:
         pytest.skip(f"PostgreSQL at RELAUNCH_TEST_PG_URL is unreachable: {exc}")

@@ -134,6 +134,44 @@ def test_same_cycle_verdict_is_deduplicated_per_job() -> None:
     assert sorted(m["blocks"][1]["fields"][0]["text"] for m in msgs) == ["*Job*\na", "*Job*\nb"]
 
 
+def test_dedup_kept_in_the_database_survives_a_restart(tmp_path: Any) -> None:
+    """Two notifiers over one SQLite history, one after the other (a service restart):
+    the second sends neither the same cycle's STOP nor the same recurrence again."""
+    from storage import open_repository
+
+    repo = open_repository(f"sqlite:///{tmp_path / 'h.db'}")
+    with SlackServer(TOKEN) as server:
+        first = notifier(server, on=frozenset({"stop", "recurring"}))
+        first.use_claims(repo.claim_alert)
+        assert first.notify("a", 5, verdict()) == "stop"
+        assert first.notify("a", 6, verdict("RESTART", same_root=1)) == "recurring"
+        first.close()
+        server.wait_for(2)
+        second = notifier(server, on=frozenset({"stop", "recurring"}))
+        second.use_claims(repo.claim_alert)
+        assert second.notify("a", 5, verdict()) is None  # sent before the restart
+        assert second.notify("a", 7, verdict("RESTART", same_root=2)) is None  # announced
+        assert second.notify("a", 8, verdict()) == "stop"  # a new cycle still alerts
+        second.close()
+        msgs = server.wait_for(3)
+    assert len(msgs) == 3
+    repo.close()
+
+
+def test_a_failing_dedup_store_never_loses_a_stop(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(job_id: str, key: str) -> bool:
+        raise RuntimeError("database is gone")
+
+    with SlackServer(TOKEN) as server:
+        n = notifier(server)
+        n.use_claims(broken)
+        with caplog.at_level(logging.ERROR, logger="attribution.notify.slack"):
+            assert n.notify("a", 1, verdict()) == "stop"
+        n.close()
+        assert len(server.wait_for(1)) == 1
+    assert "dedup store failed; sending anyway" in caplog.text
+
+
 def test_rate_limit_per_job_suppresses_failures_but_never_stop() -> None:
     with SlackServer(TOKEN) as server:
         n = notifier(server, on=frozenset({"failure"}), per_job_burst=2, per_job_window_s=3600)

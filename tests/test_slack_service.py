@@ -45,6 +45,27 @@ def test_stop_verdict_from_the_service_reaches_slack(tmp_path) -> None:
     assert "SyntaxError" in str(stop["blocks"])
 
 
+def test_a_restarted_service_does_not_alert_the_same_stop_again(tmp_path) -> None:
+    """The STOP of cycle 2 is alerted; the service restarts on the same database and cycle
+    2 is analysed again (its log grew): no second message. A new cycle's STOP alerts."""
+    logs = write_job_logs(tmp_path / "gen")
+    stop_log = logs[2].read_bytes()
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    with SlackServer(TOKEN) as slack:
+        args = ["--slack-channel", "#c", "--slack-base-url", slack.base_url]
+        env = {"SLACK_BOT_TOKEN": TOKEN}
+        with running_service(tmp_path, extra_args=args, env=env, db_url=db, name="a") as svc:
+            assert upload(svc, "job-r", 2, stop_log)["decision"] == "STOP"
+            assert len(slack.wait_for(1, timeout=30)) == 1
+        with running_service(tmp_path, extra_args=args, env=env, db_url=db, name="b") as svc:
+            again = upload(svc, "job-r", 2, stop_log + b"[relaunch] late line\n")
+            assert again["decision"] == "STOP" and again["scan"]["lines"] > 0
+            assert upload(svc, "job-r", 3, stop_log)["decision"] == "STOP"
+            msgs = slack.wait_for(2, timeout=30)
+    cycles = [m["blocks"][1]["fields"][1]["text"] for m in msgs]
+    assert len(msgs) == 2 and cycles[0] != cycles[1], cycles
+
+
 def test_unreachable_slack_never_breaks_analysis(tmp_path) -> None:
     from tests._web_helpers import free_port
 

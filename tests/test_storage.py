@@ -186,6 +186,22 @@ def test_node_health_records_merge_by_node_and_survive_reanalysis(repo):
     assert got.verdict == verdict()
 
 
+def test_alert_claims_are_once_per_job_and_key_across_reopening(url):
+    r1 = open_repository(url)
+    r1.save_verdict("j", 3, verdict("STOP"))
+    assert r1.claim_alert("j", "slack:cycle:3:STOP") is True
+    assert r1.claim_alert("j", "slack:cycle:3:STOP") is False
+    assert r1.claim_alert("other", "slack:cycle:3:STOP") is True  # per job
+    r1.close()
+    r2 = open_repository(url)  # a restarted service
+    assert r2.claim_alert("j", "slack:cycle:3:STOP") is False
+    assert r2.claim_alert("j", "slack:recurring:fp") is True
+    for bad in ("", "x" * 513, None):
+        with pytest.raises(ValueError, match="alert key"):
+            r2.claim_alert("j", bad)
+    r2.close()
+
+
 def test_history_survives_reopening(url):
     r1 = open_repository(url)
     r1.save_verdict("j", 0, verdict(rule="persisted"))

@@ -6,7 +6,9 @@ is given a Slack channel. It posts with slack-sdk's `WebClient.chat_postMessage`
 - always on STOP; optionally on every failed cycle (`--slack-on failure`) or when a
   failure fingerprint recurs (`--slack-on recurring`);
 - deduplicated per job (one message per (job, cycle), one "recurring" message per
-  (job, fingerprint)), and rate limited per job (STOP messages are never dropped by the
+  (job, fingerprint)); with `use_claims(repo.claim_alert)` (what `relaunch serve` does) the
+  dedup is kept in the database, so a restarted service does not alert again; rate limited
+  per job (STOP messages are never dropped by the
   limit; suppressed messages are counted in the next one sent);
 - sent by a background worker thread: the listener only enqueues, so analysis is never
   blocked or broken. Posts are spaced by at least `min_post_interval_s` (Slack's limit
@@ -221,8 +223,10 @@ class SlackNotifier:
         *,
         client: WebClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        claim: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.config = config
+        self._claim_fn = claim
         self.client = client or WebClient(
             token=config.token,
             base_url=config.base_url,
@@ -242,6 +246,22 @@ class SlackNotifier:
         self.failed = 0
         self._thread = threading.Thread(target=self._run, name="relaunch-slack", daemon=True)
         self._thread.start()
+
+    def use_claims(self, claim: Callable[[str, str], bool]) -> None:
+        """Keep the dedup in a database: `claim(job_id, key)` is True the first time only
+        (`HistoryRepository.claim_alert`)."""
+        self._claim_fn = claim
+
+    def _claim(self, job_id: str, key: str) -> bool:
+        """True when this alert was not sent before (or no claim store is configured). A
+        store that fails is logged and the alert goes out: a duplicate beats a lost STOP."""
+        if self._claim_fn is None:
+            return True
+        try:
+            return bool(self._claim_fn(job_id, key))
+        except Exception:
+            log.exception("slack: alert dedup store failed; sending anyway")
+            return True
 
     # ----------------------------------------------------------------- listener side
     def __call__(self, event: Any) -> None:
@@ -276,6 +296,14 @@ class SlackNotifier:
                 return None
             if cycle is not None:
                 state.sent_cycles.add(key)
+                if not self._claim(job_id, f"slack:cycle:{cycle}:{key[1]}"):
+                    return None  # alerted before this process started (or by another one)
+            if kind == "recurring":
+                fp = str(primary.get("fingerprint") or "")
+                if not self._claim(job_id, f"slack:recurring:{fp}"[:512]):
+                    if "failure" not in self.config.on:
+                        return None
+                    kind = "failure"
             suppressed, state.suppressed = state.suppressed, 0
         text, blocks = build_message(
             job_id,
