@@ -3,8 +3,11 @@
 Tests script it per model name: `POST /_script {"model": M, "steps": [...],
 "reject_json_schema": bool}`; each `POST /v1/chat/completions` for model M takes the next
 step (the last one repeats). A step is `{"status": 200, "content": "...", "delay": s,
-"headers": {...}, "echo_key": bool}`: a status other than 200 returns an OpenAI-style
-error body (with the caller's bearer token in it when `echo_key`, as careless servers do).
+"headers": {...}, "echo_key": bool}`, or with `"cite": {"quote": Q, ...}` instead of
+`content`: a grounded answer (`tests._llm_helpers.answer`) citing the first prompt line
+(`N| text`) that contains Q, for logs whose line numbers the test cannot know in advance.
+A status other than 200 returns an OpenAI-style error body (with the caller's bearer
+token in it when `echo_key`, as careless servers do).
 Every request is recorded (`GET /_requests?model=M`): body, Authorization header, arrival
 time. `LLMServer` runs it with uvicorn on 127.0.0.1 on a real socket in a thread.
 """
@@ -12,6 +15,7 @@ time. `LLMServer` runs it with uvicorn on 127.0.0.1 on a real socket in a thread
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -68,6 +72,8 @@ def create_app() -> FastAPI:
                 message += f" (Incorrect API key provided: {auth.removeprefix('Bearer ')})"
             return _error(status, message, "server_error", headers)
         content = step.get("content", "")
+        if step.get("cite"):
+            content = _cited_answer(body, dict(step["cite"]))
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
         return JSONResponse(
             {
@@ -92,6 +98,15 @@ def create_app() -> FastAPI:
         )
 
     return app
+
+
+def _cited_answer(body: dict[str, Any], cite: dict[str, Any]) -> str:
+    from tests._llm_helpers import answer  # the helpers import this module
+
+    quote = str(cite.pop("quote"))
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+    m = re.search(rf"^(\d+)\| .*{re.escape(quote)}", text, re.M)
+    return answer(int(m.group(1)), quote, **cite) if m else "{}"
 
 
 def _error(
