@@ -72,6 +72,12 @@ def _check_json(name: str, value: Any) -> dict[str, Any]:
         raise ValueError(f"{name} is not JSON-serialisable: {exc}") from None
 
 
+def _check_alert_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise ValueError("alert key must be a non-empty string of at most 512 characters")
+    return key
+
+
 def _reject(obj: Any) -> Any:
     raise TypeError(f"object of type {type(obj).__name__} is not JSON-serialisable")
 
@@ -293,31 +299,39 @@ class HistoryRepository:
 
         self._update_cycle(job_id, cycle, apply)
 
-    def claim_alert(self, job_id: str, key: str) -> bool:
-        """Record that the alert `key` of a job is being sent; False when it already was.
+    def record_alert(self, job_id: str, key: str) -> bool:
+        """Record that the alert `key` of a job was sent; False when it already was.
 
         Atomic across processes (the job row is locked and the key is unique), so after a
-        service restart, or with two services on one database, an alert goes out once."""
-        job_id = _check_job_id(job_id)
-        if not isinstance(key, str) or not key or len(key) > 512:
-            raise ValueError("alert key must be a non-empty string of at most 512 characters")
+        service restart, or with two services on one database, `alert_recorded` says so."""
+        job_id, key = _check_job_id(job_id), _check_alert_key(key)
 
         def op(session: Session) -> bool:
             job = self._job(session, job_id)
             assert job is not None
-            found = session.scalars(
-                select(AlertClaim.id).where(AlertClaim.job_pk == job.id, AlertClaim.key == key)
-            ).first()
-            if found is not None:
+            if self._alert_id(session, job.id, key) is not None:
                 return False
             session.add(AlertClaim(job_pk=job.id, key=key, sent_at=_now()))
             session.flush()
             return True
 
         try:
-            return self._write_retrying(op, attempts=1)
-        except IntegrityError:  # another process inserted the same key first
+            return self._write_retrying(op)  # a lost race: the retry finds the key
+        except IntegrityError:
             return False
+
+    def alert_recorded(self, job_id: str, key: str) -> bool:
+        """Whether the alert `key` of a job was sent (`record_alert`)."""
+        job_id, key = _check_job_id(job_id), _check_alert_key(key)
+        with self.read_session() as session:
+            job_pk = session.scalar(select(Job.id).where(Job.job_id == job_id))
+            return job_pk is not None and self._alert_id(session, job_pk, key) is not None
+
+    @staticmethod
+    def _alert_id(session: Session, job_pk: int, key: str) -> int | None:
+        return session.scalars(
+            select(AlertClaim.id).where(AlertClaim.job_pk == job_pk, AlertClaim.key == key)
+        ).first()
 
     def save_llm(self, job_id: str, cycle: int, llm: dict[str, Any]) -> None:
         """Attach an LLM enrichment to a cycle (the deterministic verdict is left as it is)."""

@@ -43,10 +43,14 @@ def verdict(
 
 
 def notifier(server: SlackServer, **kw: Any) -> SlackNotifier:
+    return notifier_at(server.base_url, **kw)
+
+
+def notifier_at(base_url: str, **kw: Any) -> SlackNotifier:
     cfg = dict(
         token=TOKEN,
         channel="#alerts",
-        base_url=server.base_url,
+        base_url=base_url,
         backoff_s=0.05,
         min_post_interval_s=0.0,
     )
@@ -142,19 +146,44 @@ def test_dedup_kept_in_the_database_survives_a_restart(tmp_path: Any) -> None:
     repo = open_repository(f"sqlite:///{tmp_path / 'h.db'}")
     with SlackServer(TOKEN) as server:
         first = notifier(server, on=frozenset({"stop", "recurring"}))
-        first.use_claims(repo.claim_alert)
+        first.use_store(repo.alert_recorded, repo.record_alert)
         assert first.notify("a", 5, verdict()) == "stop"
         assert first.notify("a", 6, verdict("RESTART", same_root=1)) == "recurring"
         first.close()
-        server.wait_for(2)
+        assert len(server.wait_for(2)) == 2
         second = notifier(server, on=frozenset({"stop", "recurring"}))
-        second.use_claims(repo.claim_alert)
-        assert second.notify("a", 5, verdict()) is None  # sent before the restart
-        assert second.notify("a", 7, verdict("RESTART", same_root=2)) is None  # announced
+        second.use_store(repo.alert_recorded, repo.record_alert)
+        second.notify("a", 5, verdict())  # sent before the restart: skipped by the worker
+        second.notify("a", 7, verdict("RESTART", same_root=2))  # recurrence announced before
         assert second.notify("a", 8, verdict()) == "stop"  # a new cycle still alerts
+        assert second.flush(10)
         second.close()
         msgs = server.wait_for(3)
     assert len(msgs) == 3
+    assert "cycle 8" in msgs[2]["text"]
+    assert repo.alert_recorded("a", "slack:cycle:8:STOP")
+    repo.close()
+
+
+def test_an_alert_that_was_never_delivered_is_not_recorded(tmp_path: Any) -> None:
+    """Slack is down: the STOP is given up, so a restarted service still sends it."""
+    from storage import open_repository
+    from tests._web_helpers import free_port
+
+    repo = open_repository(f"sqlite:///{tmp_path / 'h.db'}")
+    down = notifier_at(f"http://127.0.0.1:{free_port()}/api/", max_attempts=1)
+    down.use_store(repo.alert_recorded, repo.record_alert)
+    assert down.notify("a", 5, verdict()) == "stop"
+    assert down.flush(20)
+    down.close()
+    assert down.failed == 1 and not repo.alert_recorded("a", "slack:cycle:5:STOP")
+    with SlackServer(TOKEN) as server:
+        up = notifier(server)
+        up.use_store(repo.alert_recorded, repo.record_alert)
+        assert up.notify("a", 5, verdict()) == "stop"
+        up.close()
+        assert len(server.wait_for(1)) == 1
+    assert repo.alert_recorded("a", "slack:cycle:5:STOP")
     repo.close()
 
 
@@ -164,12 +193,13 @@ def test_a_failing_dedup_store_never_loses_a_stop(caplog: pytest.LogCaptureFixtu
 
     with SlackServer(TOKEN) as server:
         n = notifier(server)
-        n.use_claims(broken)
+        n.use_store(broken, broken)
         with caplog.at_level(logging.ERROR, logger="attribution.notify.slack"):
             assert n.notify("a", 1, verdict()) == "stop"
         n.close()
         assert len(server.wait_for(1)) == 1
     assert "dedup store failed; sending anyway" in caplog.text
+    assert "could not record a sent alert" in caplog.text
 
 
 def test_rate_limit_per_job_suppresses_failures_but_never_stop() -> None:

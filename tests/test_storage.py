@@ -186,19 +186,23 @@ def test_node_health_records_merge_by_node_and_survive_reanalysis(repo):
     assert got.verdict == verdict()
 
 
-def test_alert_claims_are_once_per_job_and_key_across_reopening(url):
+def test_sent_alerts_are_recorded_once_per_job_and_key_across_reopening(url):
     r1 = open_repository(url)
     r1.save_verdict("j", 3, verdict("STOP"))
-    assert r1.claim_alert("j", "slack:cycle:3:STOP") is True
-    assert r1.claim_alert("j", "slack:cycle:3:STOP") is False
-    assert r1.claim_alert("other", "slack:cycle:3:STOP") is True  # per job
+    assert r1.alert_recorded("j", "slack:cycle:3:STOP") is False
+    assert r1.alert_recorded("nojob", "slack:cycle:3:STOP") is False
+    assert r1.record_alert("j", "slack:cycle:3:STOP") is True
+    assert r1.record_alert("j", "slack:cycle:3:STOP") is False
+    assert r1.record_alert("other", "slack:cycle:3:STOP") is True  # per job
     r1.close()
     r2 = open_repository(url)  # a restarted service
-    assert r2.claim_alert("j", "slack:cycle:3:STOP") is False
-    assert r2.claim_alert("j", "slack:recurring:fp") is True
+    assert r2.alert_recorded("j", "slack:cycle:3:STOP") is True
+    assert r2.alert_recorded("j", "slack:recurring:fp") is False
     for bad in ("", "x" * 513, None):
         with pytest.raises(ValueError, match="alert key"):
-            r2.claim_alert("j", bad)
+            r2.record_alert("j", bad)
+        with pytest.raises(ValueError, match="alert key"):
+            r2.alert_recorded("j", bad)
     r2.close()
 
 

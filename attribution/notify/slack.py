@@ -6,8 +6,9 @@ is given a Slack channel. It posts with slack-sdk's `WebClient.chat_postMessage`
 - always on STOP; optionally on every failed cycle (`--slack-on failure`) or when a
   failure fingerprint recurs (`--slack-on recurring`);
 - deduplicated per job (one message per (job, cycle), one "recurring" message per
-  (job, fingerprint)); with `use_claims(repo.claim_alert)` (what `relaunch serve` does) the
-  dedup is kept in the database, so a restarted service does not alert again; rate limited
+  (job, fingerprint)); with `use_store(repo.alert_recorded, repo.record_alert)` (what
+  `relaunch serve` does) the worker also skips alerts a previous process sent and records
+  each one Slack accepted, so a restarted service does not alert again; rate limited
   per job (STOP messages are never dropped by the
   limit; suppressed messages are counted in the next one sent);
 - sent by a background worker thread: the listener only enqueues, so analysis is never
@@ -73,8 +74,22 @@ class _Outgoing:
     kind: str  # stop | failure | recurring
     text: str
     blocks: list[dict[str, Any]]
+    verdict: dict[str, Any] = field(default_factory=dict)
+    suppressed: int = 0
     attempts: int = 0
     not_before: float = 0.0
+
+    def store_keys(self) -> list[str]:
+        """What the alert store records once this alert is sent."""
+        keys = (
+            []
+            if self.cycle is None
+            else [f"slack:cycle:{self.cycle}:{self.verdict.get('decision')}"]
+        )
+        if self.kind == "recurring":
+            fp = str((self.verdict.get("primary") or {}).get("fingerprint") or "")
+            keys.append(f"slack:recurring:{fp}"[:512])
+        return keys
 
 
 @dataclass
@@ -223,10 +238,9 @@ class SlackNotifier:
         *,
         client: WebClient | None = None,
         clock: Callable[[], float] = time.monotonic,
-        claim: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.config = config
-        self._claim_fn = claim
+        self._store: tuple[Callable[[str, str], bool], Callable[[str, str], bool]] | None = None
         self.client = client or WebClient(
             token=config.token,
             base_url=config.base_url,
@@ -247,21 +261,49 @@ class SlackNotifier:
         self._thread = threading.Thread(target=self._run, name="relaunch-slack", daemon=True)
         self._thread.start()
 
-    def use_claims(self, claim: Callable[[str, str], bool]) -> None:
-        """Keep the dedup in a database: `claim(job_id, key)` is True the first time only
-        (`HistoryRepository.claim_alert`)."""
-        self._claim_fn = claim
+    def use_store(
+        self, recorded: Callable[[str, str], bool], record: Callable[[str, str], bool]
+    ) -> None:
+        """Keep the dedup in a database (`HistoryRepository.alert_recorded` / `record_alert`):
+        before its first post the worker skips an alert a previous process already sent, and
+        records each alert once Slack accepted it. Used only on the worker thread."""
+        self._store = (recorded, record)
 
-    def _claim(self, job_id: str, key: str) -> bool:
-        """True when this alert was not sent before (or no claim store is configured). A
-        store that fails is logged and the alert goes out: a duplicate beats a lost STOP."""
-        if self._claim_fn is None:
-            return True
+    def _already_sent(self, item: _Outgoing) -> bool:
+        """Whether a previous process sent this alert (a recurrence already announced turns
+        into a plain failure alert, or is skipped without the `failure` trigger). A store
+        that fails is logged and the alert goes out: a duplicate beats a lost STOP."""
+        if self._store is None:
+            return False
+        recorded = self._store[0]
         try:
-            return bool(self._claim_fn(job_id, key))
+            keys = item.store_keys()
+            if item.cycle is not None and recorded(item.job_id, keys[0]):
+                return True
+            if item.kind == "recurring" and recorded(item.job_id, keys[-1]):
+                if "failure" not in self.config.on:
+                    return True
+                item.kind = "failure"
+                item.text, item.blocks = build_message(
+                    item.job_id,
+                    item.cycle,
+                    item.verdict,
+                    kind="failure",
+                    dashboard_url=self.config.dashboard_url,
+                    suppressed=item.suppressed,
+                )
         except Exception:
             log.exception("slack: alert dedup store failed; sending anyway")
-            return True
+        return False
+
+    def _record_sent(self, item: _Outgoing) -> None:
+        if self._store is None:
+            return
+        for key in item.store_keys():
+            try:
+                self._store[1](item.job_id, key)
+            except Exception:
+                log.exception("slack: could not record a sent alert (it may be sent again)")
 
     # ----------------------------------------------------------------- listener side
     def __call__(self, event: Any) -> None:
@@ -296,14 +338,6 @@ class SlackNotifier:
                 return None
             if cycle is not None:
                 state.sent_cycles.add(key)
-                if not self._claim(job_id, f"slack:cycle:{cycle}:{key[1]}"):
-                    return None  # alerted before this process started (or by another one)
-            if kind == "recurring":
-                fp = str(primary.get("fingerprint") or "")
-                if not self._claim(job_id, f"slack:recurring:{fp}"[:512]):
-                    if "failure" not in self.config.on:
-                        return None
-                    kind = "failure"
             suppressed, state.suppressed = state.suppressed, 0
         text, blocks = build_message(
             job_id,
@@ -313,7 +347,15 @@ class SlackNotifier:
             dashboard_url=self.config.dashboard_url,
             suppressed=suppressed,
         )
-        item = _Outgoing(job_id=job_id, cycle=cycle, kind=kind, text=text, blocks=blocks)
+        item = _Outgoing(
+            job_id=job_id,
+            cycle=cycle,
+            kind=kind,
+            text=text,
+            blocks=blocks,
+            verdict=dict(verdict),
+            suppressed=suppressed,
+        )
         with self._idle:
             self._busy += 1
         try:
@@ -380,6 +422,15 @@ class SlackNotifier:
             self._last_post = time.monotonic()
 
     def _attempt(self, item: _Outgoing) -> None:
+        if item.attempts == 0 and self._already_sent(item):
+            log.info(
+                "slack: %s alert for job %s cycle %s was sent before",
+                item.kind,
+                item.job_id,
+                item.cycle,
+            )
+            self._done()
+            return
         item.attempts += 1
         delay: float | None = None
         try:
@@ -417,6 +468,7 @@ class SlackNotifier:
             self._retry_or_drop(item, None)
             return
         self.sent += 1
+        self._record_sent(item)
         self._done()
 
     def _retry_or_drop(self, item: _Outgoing, delay: float | None) -> None:

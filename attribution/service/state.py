@@ -113,8 +113,8 @@ class ServiceState:
 
             self._add_listener(WebhookExporter(s.webhook_url))
         if s.slack is not None:
-            if hasattr(s.slack, "use_claims"):  # alert dedup that survives a restart
-                s.slack.use_claims(self.repo.claim_alert)
+            if hasattr(s.slack, "use_store"):  # alert dedup that survives a restart
+                s.slack.use_store(self.repo.alert_recorded, self.repo.record_alert)
             self._add_listener(s.slack)
         if s.llm_config is not None:
             from attribution.enrichment import EnrichmentListener
