@@ -189,17 +189,14 @@ class RelaunchAgent(LocalElasticAgent):
             and self.stop_verdict is None
         ):
             self.stop_verdict = v  # applied by the monitor loop at its next tick
-        elif (
-            v.decision == "RESTART"
-            and v.source != "fallback"
-            and self.stop_verdict is not None
-            and self.stop_verdict.cycle == v.cycle
-            and not self._stop_applied
-        ):
-            # the cycle was decided again (e.g. a node's failed health check arrived after
-            # the first verdict): the newer verdict replaces the STOP not yet applied
-            self.stop_verdict = None
-            self.say(f"STOP for cycle {v.cycle} withdrawn: decided again as RESTART")
+        elif v.decision == "RESTART" and v.redecided:
+            # the cycle was decided again (a node's failed health check arrived after the
+            # first verdict): the newer verdict replaces a STOP not yet acted on
+            with self._state_lock:
+                stop = self.stop_verdict
+                if stop is not None and stop.cycle == v.cycle and not self._stop_applied:
+                    self.stop_verdict = None
+                    self.say(f"STOP for cycle {v.cycle} withdrawn: decided again as RESTART")
 
     # -- cycles -------------------------------------------------------------------
     def _node(self, worker_group: WorkerGroup) -> int | None:
@@ -290,8 +287,10 @@ class RelaunchAgent(LocalElasticAgent):
             self.attribution.report_node_health(self.settings.job_id, cycle, record)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
-        if self.stop_verdict is not None:
-            self._stop_applied = True
+        with self._state_lock:
+            stopping = self.stop_verdict is not None
+            self._stop_applied = self._stop_applied or stopping
+        if stopping:
             raise _StopJob()
         st = self._begin_cycle(worker_group)
         monitor = RankMonitor(
@@ -332,9 +331,10 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         st = self._state
-        if self.stop_verdict is not None and st is not None and not st.ended:
-            v = self.stop_verdict
-            self._stop_applied = True
+        with self._state_lock:  # read and mark together: a withdrawal cannot slip between
+            v = self.stop_verdict if st is not None and not st.ended else None
+            self._stop_applied = self._stop_applied or v is not None
+        if v is not None and st is not None:
             st.stopped_by_verdict = True
             st.failure = "stopped by verdict"
             st.log.event(
@@ -550,9 +550,9 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
     try:
         code = agent.run_job()
         # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
-        # the other nodes go on without it (closing would end the job everywhere). With a
-        # fixed node count they could not, so it is closed and they end promptly.
-        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY or settings.min_nodes == settings.max_nodes
+        # the other nodes go on without it, and a replacement node may join (closing would
+        # end the job everywhere).
+        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY
         return code
     except SignalException as exc:
         shutdown_rdzv = False

@@ -17,6 +17,7 @@ failure (endpoint unreachable, engine error) becomes a RESTART verdict with
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -37,6 +38,7 @@ class VerdictInfo:
     rule: str | None = None
     source: str = "embedded"  # embedded | http | fallback
     raw: dict[str, Any] = field(default_factory=dict)
+    redecided: bool = False  # the cycle was decided again after its first verdict
 
 
 GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
@@ -151,7 +153,7 @@ class AttributionClient:
                 )
                 continue
             if verdict is not None and redecided:
-                self.on_verdict(verdict)
+                self.on_verdict(dataclasses.replace(verdict, redecided=True))
 
     def _analyze_safely(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
         self._send_health(job_id, cycle, redecided=False)  # the analysis below includes them

@@ -379,6 +379,7 @@ def test_embedded_node_health_after_the_verdict_publishes_the_re_decided_one(
     c.close()
     assert warnings == []
     assert [v.raw.get("node_health", []) != [] for v in got] == [False, True]
+    assert [v.redecided for v in got] == [False, True]
     assert "Node node1 failed its health check" in got[1].reason
 
 
@@ -438,14 +439,18 @@ def _verdict_sink_agent():  # type: ignore[no-untyped-def]
 
 def test_a_re_decided_restart_withdraws_a_stop_not_yet_applied() -> None:
     agent = _verdict_sink_agent()
-    stop = VerdictInfo(2, "STOP", "ceiling", "stop.same_root_ceiling", "embedded")
-    again = VerdictInfo(2, "RESTART", "node1 left", "restart.unhealthy_node_excluded", "embedded")
+    stop = VerdictInfo(2, "STOP", "llm bug", "llm_grounded_workload_bug", "embedded+llm")
+    again = VerdictInfo(
+        2, "RESTART", "node1 left", "restart.unhealthy_node_excluded", "embedded", redecided=True
+    )
     agent._on_verdict(stop)
     assert agent.stop_verdict is stop
+    agent._on_verdict(VerdictInfo(2, "RESTART", "the deterministic one", None, "embedded"))
+    assert agent.stop_verdict is stop  # a first verdict arriving late never overrides a STOP
     agent._on_verdict(VerdictInfo(2, "RESTART", "no verdict", None, "fallback"))
-    assert agent.stop_verdict is stop  # a fallback never overrides a real STOP
-    agent._on_verdict(VerdictInfo(1, "RESTART", "older cycle", None, "embedded"))
-    assert agent.stop_verdict is stop  # another cycle's verdict neither
+    assert agent.stop_verdict is stop  # nor does a fallback
+    agent._on_verdict(VerdictInfo(1, "RESTART", "older", None, "embedded", redecided=True))
+    assert agent.stop_verdict is stop  # another cycle's re-decision neither
     agent._on_verdict(again)
     assert agent.stop_verdict is None and agent.verdicts[2] is again
     assert "STOP for cycle 2 withdrawn" in agent._out.getvalue()

@@ -39,7 +39,8 @@ def _run(tmp_path: Path, job: str, server: LLMServer, model: str, key: Path):  #
             "--ft-llm-timeout",
             "20",
         )  # fmt: skip
-        + [str(WORKER), "--mode", "bug"],
+        # 2 s between a cycle's start and its KeyError: time for the model, even under load
+        + [str(WORKER), "--mode", "bug", "--step-sleep", "1"],
         timeout=120,
     )
 
@@ -63,7 +64,7 @@ def test_grounded_answer_stops_the_workload_bug_after_its_first_cycle(
     )
     assert verdicts[0] == ("0", "RESTART", "restart.workload_first", "embedded"), verdicts
     assert ("0", "STOP", "llm_grounded_workload_bug", "embedded+llm") in verdicts, verdicts
-    # the STOP came while cycle 1 ran (it takes seconds, the model answers at once): no cycle 2
+    # the STOP came while cycle 1 ran (2 s; the model answers at once): no cycle 2
     assert cycle_logs(tmp_path, "llmstop") == ["cycle_0.log", "cycle_1.log"], r.stderr
     repo = _db(tmp_path)
     rec = repo.get_cycle("llmstop", 0)

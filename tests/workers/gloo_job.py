@@ -28,6 +28,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--mode", default="ok")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step")
     p.add_argument("--marker", default="")
     a = p.parse_args()
     cycle = int(os.environ.get("RELAUNCH_CYCLE", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
@@ -53,6 +54,8 @@ def main() -> int:
         time.sleep(120)
     t = torch.ones(4)
     for step in range(a.steps):
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
         if a.mode == "bug" and rank == 0 and step == 2:
             cfg = {"lr": 0.1}
             print(cfg["warmup_steps"])  # KeyError at the same step of every cycle: a workload bug
