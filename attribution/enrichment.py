@@ -200,4 +200,6 @@ def _identity(verdict: dict[str, Any]) -> tuple[Any, ...]:
         verdict.get("rule"),
         primary.get("fingerprint"),
         primary.get("line"),
+        # a re-decision that added a node's health report is a different verdict too
+        tuple(sorted(str(n.get("node")) for n in verdict.get("node_health") or [])),
     )

@@ -158,6 +158,25 @@ def test_a_verdict_replaced_meanwhile_is_not_overwritten(
     assert rec.llm["not_used_because"] == "the stored verdict changed meanwhile"
 
 
+def test_a_verdict_decided_again_with_a_node_health_report_is_not_overwritten(
+    llm_server: LLMServer, key_file: Path, tmp_path: Path, repo: HistoryRepository
+) -> None:
+    """Same decision, rule and primary line, but the re-decided verdict names an unhealthy
+    node: the model's answer about the older verdict must not erase that."""
+    log, line = write_log(tmp_path)
+    event = _event(repo, log, make_verdict(line))
+    newer = dict(make_verdict(line), node_health=[{"node": "node1", "healthy": False}])
+    model = llm_server.script([{"content": answer(line), "delay": 0.5}])
+    listener = EnrichmentListener(repo, config(llm_server, model, key_file))
+    listener(event)
+    repo.save_verdict(JOB, 1, newer)
+    assert listener.drain(10)
+    listener.close()
+    rec = repo.get_cycle(JOB, 1)
+    assert rec is not None and rec.verdict["node_health"] == [{"node": "node1", "healthy": False}]
+    assert rec.llm["not_used_because"] == "the stored verdict changed meanwhile"
+
+
 def test_apply_policy_off_only_records(
     llm_server: LLMServer, key_file: Path, tmp_path: Path, repo: HistoryRepository
 ) -> None:
