@@ -138,13 +138,25 @@ def test_failing_model_is_recorded_and_changes_nothing(
     assert KEY not in sidecar.read_text() and KEY not in json.dumps(rec.llm)
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rule": "restart.infrastructure"},  # re-analysed under another rule
+        # decided again with the same rule and primary, but naming an unhealthy node
+        {"node_health": [{"node": "node1", "healthy": False}]},
+    ],
+    ids=["other_rule", "node_health"],
+)
 def test_a_verdict_replaced_meanwhile_is_not_overwritten(
-    llm_server: LLMServer, key_file: Path, tmp_path: Path, repo: HistoryRepository
+    llm_server: LLMServer,
+    key_file: Path,
+    tmp_path: Path,
+    repo: HistoryRepository,
+    change: dict[str, Any],
 ) -> None:
     log, line = write_log(tmp_path)
     event = _event(repo, log, make_verdict(line))
-    # the cycle was re-analysed (another rule) while the model was thinking
-    newer = make_verdict(line, rule="restart.infrastructure")
+    newer = {**make_verdict(line), **change}  # saved while the model was thinking
     model = llm_server.script([{"content": answer(line), "delay": 0.5}])
     listener = EnrichmentListener(repo, config(llm_server, model, key_file))
     listener(event)
@@ -152,28 +164,9 @@ def test_a_verdict_replaced_meanwhile_is_not_overwritten(
     assert listener.drain(10)
     listener.close()
     rec = repo.get_cycle(JOB, 1)
-    assert rec is not None and rec.verdict["rule"] == "restart.infrastructure"
-    assert rec.verdict["decision"] == "RESTART"
+    assert rec is not None and rec.verdict["decision"] == "RESTART"
+    assert all(rec.verdict[k] == v for k, v in change.items())
     assert rec.llm["contributed"] is False
-    assert rec.llm["not_used_because"] == "the stored verdict changed meanwhile"
-
-
-def test_a_verdict_decided_again_with_a_node_health_report_is_not_overwritten(
-    llm_server: LLMServer, key_file: Path, tmp_path: Path, repo: HistoryRepository
-) -> None:
-    """Same decision, rule and primary line, but the re-decided verdict names an unhealthy
-    node: the model's answer about the older verdict must not erase that."""
-    log, line = write_log(tmp_path)
-    event = _event(repo, log, make_verdict(line))
-    newer = dict(make_verdict(line), node_health=[{"node": "node1", "healthy": False}])
-    model = llm_server.script([{"content": answer(line), "delay": 0.5}])
-    listener = EnrichmentListener(repo, config(llm_server, model, key_file))
-    listener(event)
-    repo.save_verdict(JOB, 1, newer)
-    assert listener.drain(10)
-    listener.close()
-    rec = repo.get_cycle(JOB, 1)
-    assert rec is not None and rec.verdict["node_health"] == [{"node": "node1", "healthy": False}]
     assert rec.llm["not_used_because"] == "the stored verdict changed meanwhile"
 
 
