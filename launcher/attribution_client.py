@@ -10,9 +10,10 @@ Four implementations behind one interface, chosen by `--ft-attribution-endpoint`
 - `off`: nothing.
 
 No call blocks the restart path: `register`, `request_analysis` and `report_node_health`
-only queue work for one background thread, which delivers each verdict to the `on_verdict` callback. Any
-failure (endpoint unreachable, engine error) becomes a RESTART verdict with
-`source="fallback"` and a warning: never a crash, never a STOP.
+only queue work for one background thread, which delivers each verdict to the
+`on_verdict` callback (a cycle decided again after a node-health report is delivered once
+more, with `redecided=True`). Any failure (endpoint unreachable, engine error) becomes a
+RESTART verdict with `source="fallback"` and a warning: never a crash, never a STOP.
 """
 
 from __future__ import annotations
