@@ -12,20 +12,19 @@ difference; `relaunch audit FILE` prints them and exits non-zero when there is o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import platform
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from attribution.jsonfile import write_json_atomic
 from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
 
 log = logging.getLogger(__name__)
@@ -124,18 +123,7 @@ def build_artifact(
 
 def write_artifact(doc: dict[str, Any], path: Path) -> Path:
     """Write atomically (temp file + rename): a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".audit-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=False, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_json_atomic(path, doc)
 
 
 class AuditWriter:

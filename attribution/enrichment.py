@@ -21,11 +21,9 @@ A failing model, server, database or disk is logged (without the API key) and dr
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import queue
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.audit import artifact_path
+from attribution.jsonfile import write_json_atomic
 from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
 from storage import HistoryRepository
@@ -182,15 +181,7 @@ class EnrichmentListener:
             "llm": result["llm"],
             "llm_config": self.config.describe(),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".llm-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(payload, f, indent=2, sort_keys=True, default=str)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(path, payload, sort_keys=True)
 
 
 def _identity(verdict: dict[str, Any]) -> tuple[Any, ...]:

@@ -10,13 +10,12 @@ cycle logs (`<job dir>/node_health/<node>.cycle_<K>.json`, K the cycle it is lef
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from attribution.jsonfile import write_json_atomic
 from launcher.health.report import HealthReport
 
 MAX_REASON = 2000  # the service accepts up to 4,000 characters
@@ -47,18 +46,7 @@ def exclusion_record(
 
 def write_record(job_dir: str | os.PathLike[str], record: dict[str, Any]) -> Path:
     """Write the record atomically as JSON under `<job_dir>/node_health/`; returns the path."""
-    out_dir = Path(job_dir) / "node_health"
-    out_dir.mkdir(parents=True, exist_ok=True)
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(record["node"]))
     when = record.get("excluded_from_cycle")
-    path = out_dir / (f"{safe}.cycle_{when}.json" if when is not None else f"{safe}.first.json")
-    fd, tmp = tempfile.mkstemp(prefix=".health-", suffix=".json", dir=out_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=2, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    name = f"{safe}.cycle_{when}.json" if when is not None else f"{safe}.first.json"
+    return write_json_atomic(Path(job_dir) / "node_health" / name, record)
