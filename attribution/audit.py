@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attribution.jsonfile import write_json_atomic
+from attribution.files import safe_name, write_json_atomic
 from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def software_version() -> str:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200] or "job"
+    return safe_name(name)[:200] or "job"
 
 
 def artifact_path(audit_dir: str | os.PathLike[str], job_id: str, cycle: int) -> Path:

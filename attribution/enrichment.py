@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.audit import artifact_path
-from attribution.jsonfile import write_json_atomic
+from attribution.files import write_json_atomic
 from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
 from storage import HistoryRepository

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Query, Request, UploadFile
 
+from attribution.files import safe_name
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.routes_nvrx import state_of, wait_future
 from attribution.service.schemas import (
@@ -159,13 +160,9 @@ async def stats(request: Request) -> dict[str, Any]:
     return state_of(request).stats()
 
 
-def _safe_name(job_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", job_id)
-
-
 def upload_path(st: ServiceState, job_id: str, cycle: int) -> Path:
     assert st.settings.data_dir is not None
-    return Path(st.settings.data_dir) / "uploads" / _safe_name(job_id) / f"cycle_{cycle}.log"
+    return Path(st.settings.data_dir) / "uploads" / safe_name(job_id) / f"cycle_{cycle}.log"
 
 
 @router.post(
@@ -253,7 +250,7 @@ async def upload_fr(
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
     # every upload gets its own directory: a bad upload never overwrites stored dumps
-    base = Path(st.settings.data_dir) / "fr" / _safe_name(job_id) / f"cycle_{cycle}"
+    base = Path(st.settings.data_dir) / "fr" / safe_name(job_id) / f"cycle_{cycle}"
     dest_dir = base / f"upload-{time.time_ns()}"
     await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=False)
     paths: list[Path] = []

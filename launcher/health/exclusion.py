@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from attribution.jsonfile import write_json_atomic
+from attribution.files import safe_name, write_json_atomic
 from launcher.health.report import HealthReport
 
 MAX_REASON = 2000  # the service accepts up to 4,000 characters
@@ -46,7 +46,7 @@ def exclusion_record(
 
 def write_record(job_dir: str | os.PathLike[str], record: dict[str, Any]) -> Path:
     """Write the record atomically as JSON under `<job_dir>/node_health/`; returns the path."""
-    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(record["node"]))
+    safe = safe_name(str(record["node"]))
     when = record.get("excluded_from_cycle")
     name = f"{safe}.cycle_{when}.json" if when is not None else f"{safe}.first.json"
     return write_json_atomic(Path(job_dir) / "node_health" / name, record)

@@ -1,13 +1,16 @@
-"""`write_json_atomic`: write a JSON document so that a reader never sees half a file.
+"""Files the attribution side writes: atomic JSON documents and safe file names.
 
 Owns the one way artifacts are written (audit artifacts, LLM sidecars, node-health
-records): a temporary file in the target's directory, then a rename over the target.
+records: `write_json_atomic`, a temporary file in the target's directory, then a rename
+over the target) and how a client-chosen name (job id, node) becomes part of a file name
+(`safe_name`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,3 +33,11 @@ def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, sort_keys: bool
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_name(name: str) -> str:
+    """`name` with every character other than ASCII letters, digits and `._-` as `_`."""
+    return _UNSAFE.sub("_", name)
