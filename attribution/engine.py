@@ -124,6 +124,27 @@ def scan_with_identity(
     return evidence, LogIdentity(path, size, hasher.hexdigest() if hasher else None)
 
 
+def _fr_ranks_of(rec: CycleRecord | None) -> list[int] | None:
+    """Culprit ranks of the FR findings stored with a cycle record, if usable."""
+    ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+    if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+        return ranks
+    return None
+
+
+def _notes_of(rec: CycleRecord | None) -> list[NodeHealthNote]:
+    """The node-health records of a cycle record as policy notes; unusable ones are logged."""
+    notes = []
+    for node, record in sorted(((rec.node_health if rec else None) or {}).items()):
+        try:
+            notes.append(NodeHealthNote.from_dict(record))
+        except (ValueError, AttributeError, TypeError) as exc:
+            log.warning(
+                "node health record %r of %s/%s ignored: %s", node, rec.job_id, rec.cycle, exc
+            )
+    return notes
+
+
 class AttributionEngine:
     """Scan → prior verdicts → decide → save → listeners."""
 
@@ -241,31 +262,6 @@ class AttributionEngine:
         prior = self.repo.prior_verdicts(job_id, cycle, limit=self.history_limit)
         return [PriorCycle.from_verdict(c, v) for c, v in prior]
 
-    def stored_fr_ranks(self, job_id: str, cycle: int) -> list[int] | None:
-        """Culprit ranks of the Flight Recorder findings stored with a cycle, if any."""
-        if self.repo is None:
-            return None
-        rec = self.repo.get_cycle(job_id, cycle)
-        ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
-        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
-            return ranks
-        return None
-
-    def stored_node_health(self, job_id: str, cycle: int) -> list[NodeHealthNote]:
-        """Node-health records stored with a cycle (`record_node_health`), as policy notes.
-
-        A stored record that is not a usable note is logged and left out."""
-        if self.repo is None:
-            return []
-        rec = self.repo.get_cycle(job_id, cycle)
-        notes = []
-        for node, record in sorted(((rec.node_health if rec else None) or {}).items()):
-            try:
-                notes.append(NodeHealthNote.from_dict(record))
-            except (ValueError, AttributeError, TypeError) as exc:
-                log.warning("node health record %r of %s/%s ignored: %s", node, job_id, cycle, exc)
-        return notes
-
     def record_node_health(
         self, job_id: str, cycle: int, record: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -334,13 +330,14 @@ class AttributionEngine:
             identity = {"path": os.fspath(log_path), "size": evidence.bytes, "sha256": None}
             identity.update(log_identity or {})
         history = self.history(job_id, cycle) if persist else []
-        if fr_culprit_ranks is None and persist:
-            assert job_id is not None and cycle is not None
-            fr_culprit_ranks = self.stored_fr_ranks(job_id, cycle)
+        if (fr_culprit_ranks is None or node_health is None) and persist:
+            assert self.repo is not None and job_id is not None and cycle is not None
+            stored = self.repo.get_cycle(job_id, cycle)  # one read for both
+            if fr_culprit_ranks is None:
+                fr_culprit_ranks = _fr_ranks_of(stored)
+            if node_health is None:
+                node_health = _notes_of(stored)
         fr = list(fr_culprit_ranks) if fr_culprit_ranks is not None else None
-        if node_health is None and persist:
-            assert job_id is not None and cycle is not None
-            node_health = self.stored_node_health(job_id, cycle)
         notes = list(node_health or ())
         verdict = decide(evidence, history, self.policy, fr_culprit_ranks=fr, node_health=notes)
         result = verdict.to_dict()

@@ -334,9 +334,7 @@ class ServiceState:
         return None
 
     def _run_analysis(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
-        try:
-            if fr is None:
-                fr = self.engine.stored_fr_ranks(tl.job_id, tl.cycle)
+        try:  # fr None: the engine reads the FR ranks stored with the cycle
             t0 = time.perf_counter()
             with tl.lock:
                 evidence, identity = tl.finish()
