@@ -1,0 +1,83 @@
+"""Runs `relaunch analyze` for many cycles in one interpreter (the real-corpus test's driver).
+
+Each item is the argv of one `relaunch analyze` call; it goes through the CLI's own `main`
+(argument parsing, history database, JSON printing) exactly as the console script does, only
+without a fresh interpreter per call. Items run in order, so cycle 0 of a job is stored
+before its cycle 1 is analysed.
+
+    python tests/_real_corpus_driver.py < argvs.json   # -> JSON list of {rc, stdout, stderr}
+    python tests/_real_corpus_driver.py --report       # corpus table and counts (baseline)
+
+Run it by path (not `-m`) so that `relaunch_cli` comes from PYTHONPATH, not the cwd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LABELS = REPO_ROOT / "tests" / "fixtures" / "real" / "labels.yaml"
+
+
+def run_one(argv: list[str]) -> dict[str, Any]:
+    from relaunch_cli.main import main  # resolved through PYTHONPATH: the code under test
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse usage errors exit
+            rc = exc.code if isinstance(exc.code, int) else 2
+    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def case_argvs(case: dict[str, Any], db_dir: Path) -> list[list[str]]:
+    """Cycle 0 and an identical cycle 1 of one case, in a database of its own."""
+    db = f"sqlite:///{db_dir / (case['id'] + '.db')}"
+    log = str(REPO_ROOT / case["file"])
+    base = ["analyze", log, "--db", db, "--job-id", case["id"], "--format", "json"]
+    return [[*base, "--cycle", "0"], [*base, "--cycle", "1"]]
+
+
+def report() -> int:
+    import yaml
+
+    cases = yaml.safe_load(LABELS.read_text(encoding="utf-8"))["cases"]
+    first_ok = again_ok = rank_ok = rank_total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            v0, v1 = (json.loads(run_one(a)["stdout"]) for a in case_argvs(case, Path(tmp)))
+            ok0 = v0["decision"] == case["expected_first"]
+            ok1 = v1["decision"] == case["expected_recurrence"]
+            p0 = v0.get("primary") or {}
+            rank = p0.get("rank")
+            first_ok += ok0
+            again_ok += ok1
+            if case["rank"] is not None:
+                rank_total += 1
+                rank_ok += rank == case["rank"]
+            mark = "ok " if ok0 and ok1 and (case["rank"] in (None, rank)) else "BAD"
+            print(
+                f"{mark} {case['id']:<44} {case['domain'][:5]} "
+                f"want {case['expected_first'][0]}/{case['expected_recurrence'][0]} "
+                f"got {v0['decision'][0]}/{v1['decision'][0]} "
+                f"rank want {case['rank']} got {rank} | c0 {v0['rule']} c1 {v1['rule']} "
+                f"class={p0.get('failure_class')} src={(v0.get('fan_out') or {}).get('primary_reason')}"
+            )
+    n = len(cases)
+    print(f"\ncases {n}: first sight right {first_ok}/{n}, recurrence right {again_ok}/{n}, ")
+    print(f"rank named right {rank_ok}/{rank_total}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--report"]:
+        sys.exit(report())
+    argvs = json.load(sys.stdin)
+    json.dump([run_one(a) for a in argvs], sys.stdout)

@@ -1,0 +1,171 @@
+"""Real failure excerpts from public issue threads through `relaunch analyze`, two cycles each.
+
+Every case in tests/fixtures/real/labels.yaml is analysed as cycle 0 of a fresh job, then the
+same log again as cycle 1 (an identical cycle, still no progress), through `relaunch analyze`
+against a real SQLite history file (all cases in one driver subprocess, see
+tests/_real_corpus_driver.py; a test checks fresh CLI processes decide the same). The decision on each cycle must equal the label; the
+primary failure's rank must equal the label's rank when the label names one. Labels were
+written from reading each log before the analyzer ever ran on it (see the README there).
+
+A case the current code gets wrong carries `xfail: "<why>"` in labels.yaml and runs as a
+strict xfail: once the code gets it right the test fails (XPASS) until the mark is removed.
+
+The CLI subprocess inherits PYTHONPATH when it is set (so another worktree's code can be run
+against these fixtures); otherwise it runs this repository's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests._real_corpus_driver import case_argvs
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REAL_DIR = REPO_ROOT / "tests" / "fixtures" / "real"
+LABELS = REAL_DIR / "labels.yaml"
+DRIVER = REPO_ROOT / "tests" / "_real_corpus_driver.py"
+
+FIELDS = {
+    "id",
+    "file",
+    "source",
+    "project",
+    "domain",
+    "expected_first",
+    "expected_recurrence",
+    "rank",
+    "why",
+}
+OPTIONAL = {"xfail"}
+DECISIONS = {"STOP", "RESTART"}
+DOMAINS = {"workload", "infrastructure"}
+ID_RE = re.compile(r"^[a-z0-9_]+$")
+
+
+def load_cases() -> list[dict]:
+    return yaml.safe_load(LABELS.read_text(encoding="utf-8"))["cases"]
+
+
+CASES = load_cases()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO_ROOT)}
+
+
+def analyze_subprocess(argv: list[str], cwd: Path) -> dict:
+    """One `relaunch analyze` run in its own interpreter, as a user types it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "relaunch_cli", *argv],
+        cwd=cwd,  # not the repository: `relaunch_cli` must come from PYTHONPATH
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, dict]]:
+    """Both cycles of every case, through `relaunch analyze`'s main in one driver process.
+
+    140 fresh interpreters take minutes on a loaded machine; the driver runs the same CLI
+    entry point (parsing, SQLite history, JSON output) for all of them in order.
+    """
+    tmp = tmp_path_factory.mktemp("real_corpus")
+    argvs = [a for case in CASES for a in case_argvs(case, tmp)]
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER)],
+        cwd=tmp,
+        env=_env(),
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert len(results) == len(argvs)
+    out: dict[str, tuple[dict, dict]] = {}
+    for i, case in enumerate(CASES):
+        r0, r1 = results[2 * i], results[2 * i + 1]
+        assert r0["rc"] == 0 and r1["rc"] == 0, (case["id"], r0["stderr"], r1["stderr"])
+        out[case["id"]] = (json.loads(r0["stdout"]), json.loads(r1["stdout"]))
+    return out
+
+
+def _param(case: dict) -> object:
+    marks = []
+    if case.get("xfail"):
+        marks.append(pytest.mark.xfail(reason=case["xfail"], strict=True))
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+def describe(v: dict) -> str:
+    p = v.get("primary") or {}
+    return (
+        f"{v['decision']} rule={v['rule']} class={p.get('failure_class')} "
+        f"rank={p.get('rank')} line={p.get('line')!r}"
+    )
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_real_case_two_cycles(case: dict, verdicts: dict[str, tuple[dict, dict]]) -> None:
+    first, again = verdicts[case["id"]]
+    got = (first["decision"], again["decision"])
+    want = (case["expected_first"], case["expected_recurrence"])
+    assert got == want, f"cycle 0: {describe(first)}; cycle 1: {describe(again)}"
+    if case["rank"] is not None:
+        ranks = ((first.get("primary") or {}).get("rank"), (again.get("primary") or {}).get("rank"))
+        assert ranks == (case["rank"], case["rank"]), f"primary ranks {ranks}, label {case['rank']}"
+
+
+def test_driver_gives_what_separate_cli_processes_give(
+    tmp_path: Path, verdicts: dict[str, tuple[dict, dict]]
+) -> None:
+    """The driver is only a speed-up: fresh `relaunch analyze` processes decide the same."""
+    for case in (CASES[0], CASES[len(CASES) // 2], CASES[-1]):
+        got = tuple(analyze_subprocess(a, tmp_path) for a in case_argvs(case, tmp_path))
+        for fresh, driven in zip(got, verdicts[case["id"]], strict=True):
+            assert fresh["decision"] == driven["decision"], case["id"]
+            assert fresh["rule"] == driven["rule"], case["id"]
+            assert fresh["primary"] == driven["primary"], case["id"]
+
+
+def test_labels_are_complete_and_valid() -> None:
+    ids = [c.get("id") for c in CASES]
+    assert len(ids) == len(set(ids)), "duplicate case ids"
+    listed = set()
+    for case in CASES:
+        keys = set(case)
+        assert keys >= FIELDS, f"{case.get('id')}: missing {sorted(FIELDS - keys)}"
+        assert keys <= FIELDS | OPTIONAL, (
+            f"{case['id']}: unknown {sorted(keys - FIELDS - OPTIONAL)}"
+        )
+        assert ID_RE.match(case["id"]), case["id"]
+        assert case["file"] == f"tests/fixtures/real/{case['id']}.log", case["id"]
+        path = REPO_ROOT / case["file"]
+        assert path.is_file() and path.stat().st_size > 0, f"{case['id']}: no log at {path}"
+        assert case["source"].startswith("https://"), case["id"]
+        assert case["domain"] in DOMAINS, case["id"]
+        assert case["expected_first"] in DECISIONS, case["id"]
+        assert case["expected_recurrence"] in DECISIONS, case["id"]
+        rank = case["rank"]
+        assert rank is None or (isinstance(rank, int) and rank >= 0), case["id"]
+        assert isinstance(case["why"], str) and case["why"].strip(), case["id"]
+        assert isinstance(case["project"], str) and case["project"].strip(), case["id"]
+        if "xfail" in case:
+            assert isinstance(case["xfail"], str) and case["xfail"].strip(), case["id"]
+        listed.add(path.name)
+    on_disk = {p.name for p in REAL_DIR.glob("*.log")}
+    assert on_disk == listed, f"logs without a label: {sorted(on_disk - listed)}"
