@@ -1,6 +1,11 @@
 """Real failure excerpts from public issue threads through `relaunch analyze`, two cycles each.
 
-Every case in tests/fixtures/real/labels.yaml is analysed as cycle 0 of a fresh job, then the
+Two corpora, each a directory with `labels.yaml` (see tests/_real_corpus_driver.py CORPORA):
+`real` (tests/fixtures/real/, the training corpus the analyzer was tuned on) and `holdout`
+(tests/fixtures/real_holdout/, other threads, collected and labelled without the analyzer's
+authors seeing them, to measure generalisation). Test ids are `<corpus>/<case id>`.
+
+Every case is analysed as cycle 0 of a fresh job, then the
 same log again as cycle 1 (an identical cycle, still no progress), through `relaunch analyze`
 against a real SQLite history file (all cases in one driver subprocess, see
 tests/_real_corpus_driver.py; a test checks fresh CLI processes decide the same). The decision on each cycle must equal the label; the
@@ -26,11 +31,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._real_corpus_driver import case_argvs
+from tests._real_corpus_driver import CORPORA, case_argvs, job_id, load_cases
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REAL_DIR = REPO_ROOT / "tests" / "fixtures" / "real"
-LABELS = REAL_DIR / "labels.yaml"
 DRIVER = REPO_ROOT / "tests" / "_real_corpus_driver.py"
 
 FIELDS = {
@@ -50,11 +53,12 @@ DOMAINS = {"workload", "infrastructure"}
 ID_RE = re.compile(r"^[a-z0-9_]+$")
 
 
-def load_cases() -> list[dict]:
-    return yaml.safe_load(LABELS.read_text(encoding="utf-8"))["cases"]
+# (corpus, case) for every case of every corpus, in order.
+CASES = [(corpus, case) for corpus in CORPORA for case in load_cases(corpus)]
 
 
-CASES = load_cases()
+def case_key(corpus: str, case: dict) -> str:
+    return f"{corpus}/{case['id']}"
 
 
 def _env() -> dict[str, str]:
@@ -83,7 +87,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, 
     entry point (parsing, SQLite history, JSON output) for all of them in order.
     """
     tmp = tmp_path_factory.mktemp("real_corpus")
-    argvs = [a for case in CASES for a in case_argvs(case, tmp)]
+    argvs = [a for corpus, case in CASES for a in case_argvs(case, tmp, job_id(corpus, case))]
     proc = subprocess.run(
         [sys.executable, str(DRIVER)],
         cwd=tmp,
@@ -97,18 +101,19 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, 
     results = json.loads(proc.stdout)
     assert len(results) == len(argvs)
     out: dict[str, tuple[dict, dict]] = {}
-    for i, case in enumerate(CASES):
+    for i, (corpus, case) in enumerate(CASES):
         r0, r1 = results[2 * i], results[2 * i + 1]
-        assert r0["rc"] == 0 and r1["rc"] == 0, (case["id"], r0["stderr"], r1["stderr"])
-        out[case["id"]] = (json.loads(r0["stdout"]), json.loads(r1["stdout"]))
+        key = case_key(corpus, case)
+        assert r0["rc"] == 0 and r1["rc"] == 0, (key, r0["stderr"], r1["stderr"])
+        out[key] = (json.loads(r0["stdout"]), json.loads(r1["stdout"]))
     return out
 
 
-def _param(case: dict) -> object:
+def _param(corpus: str, case: dict) -> object:
     marks = []
     if case.get("xfail"):
         marks.append(pytest.mark.xfail(reason=case["xfail"], strict=True))
-    return pytest.param(case, id=case["id"], marks=marks)
+    return pytest.param(corpus, case, id=case_key(corpus, case), marks=marks)
 
 
 def describe(v: dict) -> str:
@@ -119,9 +124,11 @@ def describe(v: dict) -> str:
     )
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
-def test_real_case_two_cycles(case: dict, verdicts: dict[str, tuple[dict, dict]]) -> None:
-    first, again = verdicts[case["id"]]
+@pytest.mark.parametrize(("corpus", "case"), [_param(*c) for c in CASES])
+def test_real_case_two_cycles(
+    corpus: str, case: dict, verdicts: dict[str, tuple[dict, dict]]
+) -> None:
+    first, again = verdicts[case_key(corpus, case)]
     got = (first["decision"], again["decision"])
     want = (case["expected_first"], case["expected_recurrence"])
     assert got == want, f"cycle 0: {describe(first)}; cycle 1: {describe(again)}"
@@ -134,26 +141,33 @@ def test_driver_gives_what_separate_cli_processes_give(
     tmp_path: Path, verdicts: dict[str, tuple[dict, dict]]
 ) -> None:
     """The driver is only a speed-up: fresh `relaunch analyze` processes decide the same."""
-    for case in (CASES[0], CASES[len(CASES) // 2], CASES[-1]):
-        got = tuple(analyze_subprocess(a, tmp_path) for a in case_argvs(case, tmp_path))
-        for fresh, driven in zip(got, verdicts[case["id"]], strict=True):
-            assert fresh["decision"] == driven["decision"], case["id"]
-            assert fresh["rule"] == driven["rule"], case["id"]
-            assert fresh["primary"] == driven["primary"], case["id"]
+    for corpus, case in (CASES[0], CASES[len(CASES) // 2], CASES[-1]):
+        argvs = case_argvs(case, tmp_path, job_id(corpus, case))
+        got = tuple(analyze_subprocess(a, tmp_path) for a in argvs)
+        key = case_key(corpus, case)
+        for fresh, driven in zip(got, verdicts[key], strict=True):
+            assert fresh["decision"] == driven["decision"], key
+            assert fresh["rule"] == driven["rule"], key
+            assert fresh["primary"] == driven["primary"], key
 
 
-def test_labels_are_complete_and_valid() -> None:
-    ids = [c.get("id") for c in CASES]
+@pytest.mark.parametrize("corpus", list(CORPORA))
+def test_labels_are_complete_and_valid(corpus: str) -> None:
+    corpus_dir = CORPORA[corpus]
+    cases = yaml.safe_load((corpus_dir / "labels.yaml").read_text(encoding="utf-8"))["cases"]
+    assert cases, f"{corpus}: no cases"
+    ids = [c.get("id") for c in cases]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     listed = set()
-    for case in CASES:
+    for case in cases:
         keys = set(case)
         assert keys >= FIELDS, f"{case.get('id')}: missing {sorted(FIELDS - keys)}"
         assert keys <= FIELDS | OPTIONAL, (
             f"{case['id']}: unknown {sorted(keys - FIELDS - OPTIONAL)}"
         )
         assert ID_RE.match(case["id"]), case["id"]
-        assert case["file"] == f"tests/fixtures/real/{case['id']}.log", case["id"]
+        expected_file = f"{corpus_dir.relative_to(REPO_ROOT).as_posix()}/{case['id']}.log"
+        assert case["file"] == expected_file, case["id"]
         path = REPO_ROOT / case["file"]
         assert path.is_file() and path.stat().st_size > 0, f"{case['id']}: no log at {path}"
         assert case["source"].startswith("https://"), case["id"]
@@ -167,5 +181,12 @@ def test_labels_are_complete_and_valid() -> None:
         if "xfail" in case:
             assert isinstance(case["xfail"], str) and case["xfail"].strip(), case["id"]
         listed.add(path.name)
-    on_disk = {p.name for p in REAL_DIR.glob("*.log")}
+    on_disk = {p.name for p in corpus_dir.glob("*.log")}
     assert on_disk == listed, f"logs without a label: {sorted(on_disk - listed)}"
+
+
+def test_holdout_threads_are_not_training_threads() -> None:
+    """The held-out corpus measures generalisation only if no thread is in both corpora."""
+    sources = {corpus: {c["source"] for c in load_cases(corpus)} for corpus in ("real", "holdout")}
+    shared = sources["real"] & sources["holdout"]
+    assert not shared, f"threads in both corpora: {sorted(shared)}"
