@@ -19,6 +19,7 @@ from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
+from attribution.service.errors import ApiError  # noqa: E402
 from attribution.service.tracker import TrackedLog  # noqa: E402
 from restart_agent import scan_file  # noqa: E402
 
@@ -124,8 +125,9 @@ def test_missing_file_reads_as_empty_until_it_appears(tmp_path: Path):
     tl = TrackedLog(path=path, job_id="j", cycle=0)
     with tl.lock:
         assert tl.feed_new() == 0
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(ApiError) as gone:
             tl.finish()
+        assert gone.value.error_code == "not_found"
     path.write_bytes(corpus())
     with tl.lock:
         evidence, _ = tl.finish()

@@ -3,7 +3,9 @@
 A `TrackedLog` remembers how far it has read (offset, file identity) and hashes what it
 reads, so that the verdict at cycle end costs only the unread tail and the audit record
 gets the file's sha256 without a second pass. A file that was replaced or truncated
-under us is re-read from the start.
+under us is re-read from the start. Every read opens the file through
+`attribution.service.confined.open_confined` (no symlink at any level below the roots,
+regular files only), so a path swapped after registration cannot make it read elsewhere.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attribution.service.confined import open_confined
+from attribution.service.errors import ApiError
 from restart_agent import LogScanner
 
 READ_CHUNK = 1 << 20
@@ -32,6 +36,8 @@ class TrackedLog:
     user: str | None = None
     intent: str = "track_only"
     submitted_at: float = field(default_factory=time.time)
+    # where reads are confined to; empty: the log's own directory (tests, tools)
+    roots: tuple[Path, ...] = ()
     # incremental scan state (guarded by `lock`)
     scanner: Any = None
     offset: int = 0
@@ -56,6 +62,10 @@ class TrackedLog:
             return "completed"
         return "pending"
 
+    def _open(self) -> int:
+        roots = self.roots or (Path(os.path.realpath(self.path.parent)),)
+        return open_confined(self.path, roots)
+
     def _reset(self) -> None:
         self.scanner = LogScanner()
         self.offset = 0
@@ -64,12 +74,19 @@ class TrackedLog:
     def feed_new(self, max_bytes: int | None = None) -> int:
         """Read and feed bytes appended since the last call; return how many were read.
 
-        Caller holds `lock`. A missing file reads as empty (it may not exist yet).
+        Caller holds `lock`. A missing file reads as empty (it may not exist yet); any
+        other refusal of `open_confined` is raised as its `ApiError`.
         """
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
-            return 0
+            fd = self._open()
+        except ApiError as exc:
+            if exc.error_code == "not_found":
+                return 0
+            raise
+        return self._feed_fd(fd, max_bytes)
+
+    def _feed_fd(self, fd: int, max_bytes: int | None) -> int:
+        """Feed what is new in the open file `fd` (closed on return)."""
         with os.fdopen(fd, "rb", buffering=0) as fh:
             st = os.fstat(fd)
             fid = (st.st_dev, st.st_ino)
@@ -95,12 +112,11 @@ class TrackedLog:
     def finish(self) -> tuple[Any, dict[str, Any]]:
         """Read the tail, finish the scan; return (CycleEvidence, log identity).
 
-        Caller holds `lock`. Raises FileNotFoundError if the file is gone. The scanner is
-        consumed: a later analysis of the same log starts from the beginning.
+        Caller holds `lock`. Raises `ApiError` (not_found, outside_allowed_root, ...) if
+        the file is gone or no longer reachable inside the roots. The scanner is consumed:
+        a later analysis of the same log starts from the beginning.
         """
-        if not self.path.exists():
-            raise FileNotFoundError(str(self.path))
-        self.tail_bytes = self.feed_new()
+        self.tail_bytes = self._feed_fd(self._open(), None)
         evidence = self.scanner.finish()
         identity = {"path": str(self.path), "size": self.offset, "sha256": self.sha.hexdigest()}
         self.scanner, self.offset, self.file_id, self.sha = None, 0, None, None
