@@ -11,6 +11,11 @@ Listeners run on one background thread, in registration order, after the verdict
 a listener that fails is logged and one that is slow delays nothing; neither can change the
 verdict returned. `drain()` waits until every queued event has been handled (tests, CLI
 exit), `close()` drains and stops the thread.
+
+`opener` (optional) is how the engine opens a log: a callable path -> read-only file
+descriptor. The service passes `attribution.service.confined.open_confined` bound to its
+allowed roots, so even the engine's own reads (node-health re-decisions) never follow a
+symlink out of them; without it logs are opened with plain `open`.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class VerdictEvent:
 
 
 Listener = Callable[[VerdictEvent], Any]
+Opener = Callable[[str], int]
 
 
 class _BackgroundHasher:
@@ -95,20 +101,26 @@ class _BackgroundHasher:
 
 
 def scan_with_identity(
-    log_path: str | os.PathLike[str], *, hash_log: bool = True, chunk_size: int = CHUNK_SIZE
+    log_path: str | os.PathLike[str],
+    *,
+    hash_log: bool = True,
+    chunk_size: int = CHUNK_SIZE,
+    opener: Opener | None = None,
 ) -> tuple[Any, LogIdentity]:
     """Scan a log in one streaming pass; return (CycleEvidence, LogIdentity).
 
     The same chunks feed the scanner and SHA-256 (on a helper thread), so the identity
     costs no second read. Raises FileNotFoundError / IsADirectoryError / PermissionError
-    like `scan_file`.
+    like `scan_file`; with `opener`, whatever the opener raises, and the bytes come from
+    the descriptor it returns.
     """
     path = os.fspath(log_path)
-    if os.path.isdir(path):
+    if opener is None and os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     scanner = LogScanner()
     size = 0
-    with open(path, "rb", buffering=0) as f:
+    fd = opener(path) if opener is not None else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb", buffering=0) as f:
         hasher = _BackgroundHasher() if hash_log else None
         try:
             while chunk := f.read(chunk_size):
@@ -156,6 +168,7 @@ class AttributionEngine:
         *,
         hash_logs: bool = True,
         history_limit: int | None = None,
+        opener: Opener | None = None,
     ) -> None:
         """`repo=None` analyses without history and saves nothing (`relaunch analyze` without
         --db). `history_limit` caps how many prior cycles the policy sees (None: all stored).
@@ -165,6 +178,7 @@ class AttributionEngine:
         self.audit_dir = str(Path(audit_dir)) if audit_dir is not None else None
         self.hash_logs = hash_logs
         self.history_limit = history_limit
+        self.opener = opener
         self._listeners: list[Listener] = []
         self._queue: queue.Queue[VerdictEvent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -288,9 +302,18 @@ class AttributionEngine:
         ]
         if listed and listed[0] == note.to_dict():  # the verdict already says exactly this
             return None
-        if not Path(rec.log_path).is_file():
+        if not self._readable(rec.log_path):
             return None
         return self.analyze_cycle(job_id, cycle, rec.log_path, extra={"reason": "node_health"})
+
+    def _readable(self, log_path: str) -> bool:
+        if self.opener is None:
+            return Path(log_path).is_file()
+        try:
+            os.close(self.opener(log_path))
+        except Exception:  # the opener's refusal (confined: an ApiError)
+            return False
+        return True
 
     def analyze_cycle(
         self,
@@ -324,7 +347,9 @@ class AttributionEngine:
         started = time.perf_counter()
         persist = self.repo is not None and job_id is not None and cycle is not None
         if evidence is None:
-            evidence, ident = scan_with_identity(log_path, hash_log=self.hash_logs and persist)
+            evidence, ident = scan_with_identity(
+                log_path, hash_log=self.hash_logs and persist, opener=self.opener
+            )
             identity = ident.to_dict()
         else:
             identity = {"path": os.fspath(log_path), "size": evidence.bytes, "sha256": None}

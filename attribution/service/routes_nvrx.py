@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from concurrent.futures import Future
 from typing import Any
 
@@ -104,8 +105,7 @@ async def get_logs(
         raise ApiError("not_submitted", f"log was not submitted: {log_path!r}")
     if wait:
         if tl.verdict is None and tl.error is None and tl.future is None:
-            if not path.exists():
-                raise ApiError("not_found", f"log file not found: {log_path!r}")
+            await asyncio.to_thread(lambda: os.close(st.open_log(path)))  # 403/404/400
             await asyncio.to_thread(st.analyze, tl)
         if tl.future is not None:
             limit = min(timeout or st.settings.wait_timeout_s, st.settings.wait_timeout_s)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -161,8 +164,41 @@ async def stats(request: Request) -> dict[str, Any]:
 
 
 def upload_path(st: ServiceState, job_id: str, cycle: int) -> Path:
-    assert st.settings.data_dir is not None
-    return Path(st.settings.data_dir) / "uploads" / safe_name(job_id) / f"cycle_{cycle}.log"
+    return st.upload_root / safe_name(job_id) / f"cycle_{cycle}.log"
+
+
+async def receive_to_temp(stream: AsyncIterator[bytes], directory: Path) -> Path:
+    """Write a request body to a new temporary file in `directory`; remove it and re-raise
+    when the body is rejected on the way (size limit: ApiError 413; client gone)."""
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix=".upload-", dir=directory)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in stream:
+                if chunk:
+                    await asyncio.to_thread(fh.write, chunk)
+    except BaseException:
+        await asyncio.to_thread(_unlink_quietly, tmp)
+        raise
+    return tmp
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _install_upload(tl: TrackedLog, tmp: Path, dest: Path, append: bool) -> None:
+    """Make the accepted upload `tmp` the stored log: appended to it, or replacing it."""
+    with tl.lock:
+        if not append:
+            os.replace(tmp, dest)
+            tl.scanner, tl.offset, tl.file_id = None, 0, None
+            return
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(tmp, "rb") as src, os.fdopen(os.open(dest, flags, 0o600), "ab") as out:
+            shutil.copyfileobj(src, out, UPLOAD_CHUNK)
 
 
 @router.post(
@@ -193,27 +229,25 @@ async def upload_log(
     check_job_id(job_id)
     _cycle_path(cycle)
     dest = upload_path(st, job_id, cycle)
-    await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
     tl = st.tracked_key(job_id, cycle)
-    if tl is None or tl.path != dest:
-        tl = TrackedLog(path=dest, job_id=job_id, cycle=cycle, intent="upload")
-        st._remember(tl)
-        await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, str(dest))
-    if tl.future is not None and not tl.future.done():
+    if tl is not None and tl.future is not None and not tl.future.done():
         raise ApiError("invalid_parameter", "this cycle is being analysed; upload again later")
+    # the body goes to a temporary file first: a rejected upload (over the size limit,
+    # client gone) never touches the stored log, its verdict or the history
+    tmp = await receive_to_temp(request.stream(), dest.parent)
+    try:
+        tl = st.tracked_key(job_id, cycle)
+        if tl is not None and tl.future is not None and not tl.future.done():
+            raise ApiError("invalid_parameter", "this cycle is being analysed; upload again later")
+        if tl is None or tl.path != dest:
+            tl = st.track(dest, job_id, cycle, intent="upload")
+        await asyncio.to_thread(_install_upload, tl, tmp, dest, append)
+    finally:
+        await asyncio.to_thread(_unlink_quietly, tmp)
+    st._remember(tl)
+    await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, str(dest))
     if tl.future is not None:
         tl.future, tl.verdict, tl.error, tl.cached = None, None, None, False
-    if not append:
-        with tl.lock:
-            tl.scanner, tl.offset, tl.file_id = None, 0, None
-    tmp_mode = "ab" if append else "wb"
-    fh = await asyncio.to_thread(open, dest, tmp_mode)
-    try:
-        async for chunk in request.stream():
-            if chunk:
-                await asyncio.to_thread(fh.write, chunk)
-    finally:
-        await asyncio.to_thread(fh.close)
     await asyncio.to_thread(st.feed_now, tl)
     if not final:
         return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
@@ -279,7 +313,7 @@ async def upload_fr(
     await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
     verdict = None
     tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
-    if tl is not None and tl.path.exists():
+    if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
         fut = await asyncio.to_thread(st.analyze, tl, fr_culprit_ranks=culprits or None, force=True)
         await wait_future(fut, st.settings.wait_timeout_s)
         if fut.done() and fut.exception() is None:
@@ -313,7 +347,7 @@ async def post_node_health(
         raise ApiError("invalid_parameter", f"node health report: {exc}") from None
     verdict = None
     tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
-    if tl is not None and tl.path.exists():
+    if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
         for _ in range(2):  # an analysis already in flight may have read the records before
             try:
                 fut = await asyncio.to_thread(st.analyze, tl, force=True)

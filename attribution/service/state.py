@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import re
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import storage
 from attribution.engine import AttributionEngine
 from attribution.service.coalesce import Coalescer
+from attribution.service.confined import is_confined_file, open_confined
 from attribution.service.errors import ApiError
 from attribution.service.paths import confine
 from attribution.service.settings import ServiceSettings
@@ -82,8 +84,15 @@ class ServiceState:
         self.settings = settings
         self.started_at = time.time()
         self.repo = storage.open_repository(settings.db_url)
+        # every read of a client-named file is confined to these (attribution.service.confined)
+        assert settings.data_dir is not None
+        self.upload_root = Path(os.path.realpath(settings.data_dir)) / "uploads"
+        self.read_roots: tuple[Path, ...] = (*settings.allowed_roots, self.upload_root)
         self.engine = AttributionEngine(
-            self.repo, policy=settings.policy, audit_dir=settings.audit_dir
+            self.repo,
+            policy=settings.policy,
+            audit_dir=settings.audit_dir,
+            opener=self.open_log,
         )
         self.listeners: list[Any] = []
         self._install_listeners()
@@ -205,6 +214,18 @@ class ServiceState:
                 out[f"listener_{type(fn).__name__}"] = dict(st.__dict__)
         return out
 
+    # --- confined reads ------------------------------------------------------------------
+    def open_log(self, path: str | os.PathLike[str]) -> int:
+        """A descriptor of a client-named log, opened inside the roots (or an ApiError)."""
+        return open_confined(path, self.read_roots)
+
+    def log_readable(self, path: str | os.PathLike[str]) -> bool:
+        return is_confined_file(path, self.read_roots)
+
+    def track(self, path: Path, job_id: str, cycle: int, **kw: Any) -> TrackedLog:
+        """A new TrackedLog whose reads are confined to the service's roots."""
+        return TrackedLog(path=path, job_id=job_id, cycle=cycle, roots=self.read_roots, **kw)
+
     # --- tracked logs --------------------------------------------------------------------
     def _remember(self, tl: TrackedLog) -> None:
         with self._lock:
@@ -269,7 +290,7 @@ class ServiceState:
         check_cycle(cycle)
         tl = self.tracked(str(path))
         if tl is None or tl.key != (job_id, cycle):
-            tl = TrackedLog(path=path, job_id=job_id, cycle=cycle, user=user, intent=intent)
+            tl = self.track(path, job_id, cycle, user=user, intent=intent)
             self._remember(tl)
             self.repo.register_cycle(job_id, cycle, str(path))
         elif intent != "track_only":
@@ -325,9 +346,13 @@ class ServiceState:
         if rec.log_path != str(tl.path) or rec.log_size is None:
             return None
         try:
-            st = tl.path.stat()
-        except OSError:
-            return rec.verdict  # the log is gone: history is all there is
+            fd = self.open_log(tl.path)
+        except ApiError:
+            return rec.verdict  # the log is gone (or unreachable): history is all there is
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
         analysed = as_utc(rec.analysed_at).timestamp()  # type: ignore[union-attr]
         if st.st_size == rec.log_size and st.st_mtime <= analysed:
             return rec.verdict
@@ -396,7 +421,7 @@ class ServiceState:
                 continue  # being analysed right now: the analysis reads the tail
             try:
                 tl.feed_new(PROGRESSIVE_SLICE)
-            except OSError as exc:
+            except (OSError, ApiError) as exc:
                 log.debug("progressive read of %s: %s", tl.path, exc)
             finally:
                 tl.lock.release()
@@ -416,7 +441,7 @@ class ServiceState:
         if rec is None:
             return None
         job_id, cycle = rec
-        tl = TrackedLog(path=path, job_id=job_id, cycle=cycle, intent="track_only")
+        tl = self.track(path, job_id, cycle, intent="track_only")
         stored = self.repo.get_cycle(job_id, cycle)
         if stored is not None and stored.verdict is not None:
             tl.verdict, tl.cached = stored.verdict, True
@@ -430,7 +455,7 @@ class ServiceState:
         rec = self.repo.get_cycle(job_id, cycle)
         if rec is None or not rec.log_path:
             return None
-        tl = TrackedLog(path=Path(rec.log_path), job_id=job_id, cycle=cycle)
+        tl = self.track(Path(rec.log_path), job_id, cycle)
         if rec.verdict is not None:
             tl.verdict, tl.cached = rec.verdict, True
         self._remember(tl)
