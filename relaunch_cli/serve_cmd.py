@@ -71,6 +71,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=2, help="analysis threads")
     p.add_argument(
+        "--analysis-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="longest a request waits for an analysis; then 202 and the verdict is pending",
+    )
+    p.add_argument(
         "--poll-interval",
         type=float,
         default=0.5,
@@ -134,6 +141,8 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
     for name in ("max_body_bytes", "max_upload_bytes", "max_pending", "workers"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0.01 <= args.analysis_timeout <= 86400:
+        raise UserError("--analysis-timeout must be between 0.01 and 86400 seconds")
     if not args.uds and not 0 <= args.port <= 65535:
         raise UserError(f"--port must be 0-65535, got {args.port}")
     if getattr(args, "dashboard_url", None) is None:
@@ -160,6 +169,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         rate_limit_burst=args.rate_burst,
         max_pending_analyses=args.max_pending,
         analysis_workers=args.workers,
+        analysis_timeout_s=args.analysis_timeout,
         progressive_poll_s=args.poll_interval,
         dashboard=not args.no_dashboard,
         dashboard_public=args.dashboard_public,

@@ -99,6 +99,10 @@ class Cycle(Base):
     node_health: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     llm: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     audit_path: Mapped[str | None] = mapped_column(Text)
+    # revision 0006: an analysis requested and not finished (set before it starts, cleared
+    # by its verdict), and why the last one failed
+    analysis_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    analysis_error: Mapped[str | None] = mapped_column(Text)
 
     job: Mapped[Job] = relationship(back_populates="cycles")
     evidence: Mapped[list[EvidenceRow]] = relationship(

@@ -66,6 +66,8 @@ class CycleRecord:
     node_health: dict[str, Any] | None = None  # node -> health record (save_node_health)
     llm: dict[str, Any] | None = None
     audit_path: str | None = None
+    analysis_requested_at: datetime | None = None  # an analysis in flight (or killed)
+    analysis_error: str | None = None  # why the last analysis failed
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property

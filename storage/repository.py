@@ -299,6 +299,45 @@ class HistoryRepository:
 
         self._update_cycle(job_id, cycle, apply)
 
+    # -- analyses in flight (the service resumes them after a crash) ----------------------
+
+    def mark_analysis_requested(self, job_id: str, cycle: int) -> None:
+        """Record that an analysis of (job, cycle) is about to start; `save_verdict` or
+        `mark_analysis_failed` ends it. A service killed in between finds the cycle in
+        `unfinished_analyses` on its next start."""
+
+        def apply(row: Cycle) -> None:
+            row.analysis_requested_at = _now()
+
+        self._update_cycle(job_id, cycle, apply)
+
+    def mark_analysis_failed(self, job_id: str, cycle: int, reason: str) -> None:
+        """End the requested analysis of (job, cycle) without a verdict, saying why (a
+        verdict already stored stays)."""
+        reason = str(reason)[:2000] or "analysis failed"
+
+        def apply(row: Cycle) -> None:
+            row.analysis_requested_at = None
+            row.analysis_error = reason
+
+        self._update_cycle(job_id, cycle, apply)
+
+    def unfinished_analyses(self, *, limit: int = 100_000) -> list[tuple[str, int, str | None]]:
+        """(job_id, cycle, log_path) of every cycle whose requested analysis never ended,
+        oldest request first."""
+
+        def op(session: Session) -> list[tuple[str, int, str | None]]:
+            rows = session.execute(
+                select(Job.job_id, Cycle.cycle, Cycle.log_path)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Cycle.analysis_requested_at.is_not(None))
+                .order_by(Cycle.analysis_requested_at.asc(), Cycle.id.asc())
+                .limit(limit)
+            )
+            return [(j, int(c), p) for j, c, p in rows]
+
+        return self._reading(op)
+
     def record_alert(self, job_id: str, key: str) -> bool:
         """Record that the alert `key` of a job was sent; False when it already was.
 
@@ -592,6 +631,8 @@ def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
     llm = verdict.get("llm") or {}
     row.status = "analysed"
     row.verdict = verdict
+    row.analysis_requested_at = None  # the analysis finished
+    row.analysis_error = None
     row.decision = verdict.get("decision")
     row.rule = _str_or_none(verdict.get("rule"), 128)
     row.basis = _str_or_none(verdict.get("basis"))
@@ -656,7 +697,7 @@ _EVIDENCE_FIELDS = (
 )
 
 
-_TIME_FIELDS = ("started_at", "ended_at", "analysed_at")
+_TIME_FIELDS = ("started_at", "ended_at", "analysed_at", "analysis_requested_at")
 
 
 def _records(result: Any, job_id: str | None = None) -> list[CycleRecord]:
@@ -710,5 +751,7 @@ def _cycle_record(
         node_health=row.node_health if with_verdict else None,
         llm=row.llm if with_verdict else None,
         audit_path=row.audit_path,
+        analysis_requested_at=as_utc(row.analysis_requested_at),
+        analysis_error=row.analysis_error,
         evidence=evidence,
     )

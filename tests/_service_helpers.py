@@ -245,3 +245,23 @@ def service_factory(tmp_path: Path) -> Iterator[Any]:
         if svc.uds is not None:
             with contextlib.suppress(OSError):
                 svc.uds.unlink()
+
+
+def hold_analyses(hold_dir: Path, job_id: str) -> Path:
+    """Hold every analysis of `job_id` in a service started with
+    `env={"RELAUNCH_TEST_ANALYSIS_HOLD": str(hold_dir)}` (attribution/service/hold.py)
+    until `release_analyses`; no sleeping, no timing."""
+    hold_dir.mkdir(parents=True, exist_ok=True)
+    fifo = hold_dir / job_id
+    os.mkfifo(fifo)
+    return fifo
+
+
+def release_analyses(hold_dir: Path, job_id: str) -> None:
+    """Let the held analysis of `job_id` go on. Waits until an analysis has reached the
+    hold (opening a FIFO for writing blocks until a reader has it open), then removes the
+    hold so later analyses of the job are not held."""
+    fifo = hold_dir / job_id
+    fd = os.open(fifo, os.O_WRONLY)
+    fifo.unlink()
+    os.close(fd)

@@ -33,6 +33,20 @@ async def wait_future(fut: Future[Any], timeout_s: float) -> None:
         return
 
 
+def still_running(body: dict[str, Any], job_id: str, cycle: int, timeout_s: float) -> JSONResponse:
+    """202 for a request that waited `--analysis-timeout` for an analysis still running:
+    `body` plus a `message` saying where the verdict will be."""
+    body = {
+        **body,
+        "status": "pending",
+        "message": (
+            f"analysis still running after {timeout_s:g} s; the verdict will be at "
+            f"GET /v1/jobs/{job_id}/cycles/{cycle}/verdict"
+        ),
+    }
+    return JSONResponse(body, status_code=202)
+
+
 def log_answer(tl: TrackedLog) -> dict[str, Any]:
     """The GET /logs body for one tracked log (pending or completed)."""
     fut = tl.future
@@ -108,6 +122,6 @@ async def get_logs(
             await asyncio.to_thread(lambda: os.close(st.open_log(path)))  # 403/404/400
             await asyncio.to_thread(st.analyze, tl)
         if tl.future is not None:
-            limit = min(timeout or st.settings.wait_timeout_s, st.settings.wait_timeout_s)
+            limit = min(timeout or st.settings.analysis_timeout_s, st.settings.analysis_timeout_s)
             await wait_future(tl.future, limit)
     return log_answer(tl)

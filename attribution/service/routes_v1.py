@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Query, Request, UploadFile
+from fastapi.responses import JSONResponse
 
 from attribution.files import safe_name
 from attribution.service.errors import ERROR_RESPONSES, ApiError
-from attribution.service.routes_nvrx import state_of, wait_future
+from attribution.service.routes_nvrx import state_of, still_running, wait_future
 from attribution.service.schemas import (
     FRAnswer,
     NodeHealthAnswer,
@@ -101,7 +102,7 @@ async def get_verdict(
     cycle: int,
     request: Request,
     wait: bool = Query(False, description="wait for an analysis in flight"),
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     """The verdict of one cycle: `pending` while it is being analysed."""
     st = state_of(request)
     check_job_id(job_id)
@@ -110,18 +111,30 @@ async def get_verdict(
     if tl is None:
         await asyncio.to_thread(_cycle, st, job_id, cycle)  # 404 if unknown
         return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
+    limit = st.settings.analysis_timeout_s
     if tl.future is not None and not tl.future.done() and wait:
-        await wait_future(tl.future, st.settings.wait_timeout_s)
+        await wait_future(tl.future, limit)
+        if not tl.future.done():
+            return still_running(
+                {"job_id": job_id, "cycle": cycle, "verdict": None}, job_id, cycle, limit
+            )
+    error = tl.error
+    if tl.future is not None and tl.future.done() and tl.future.exception() is not None:
+        exc = tl.future.exception()
+        error = error or getattr(exc, "message", None) or f"analysis failed: {exc!r}"
     if tl.verdict is None and (tl.future is None or tl.future.done()):
         rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
         tl.verdict = rec.verdict
-    status = "completed" if tl.verdict is not None else "pending"
+        if rec.verdict is None and rec.analysis_requested_at is None:
+            error = error or rec.analysis_error
+    status = "completed" if tl.verdict is not None else "failed" if error else "pending"
     return {
         "job_id": job_id,
         "cycle": cycle,
         "status": status,
         "verdict": tl.verdict,
         "cached": tl.cached,
+        "error": error if tl.verdict is None else None,
     }
 
 
@@ -220,7 +233,7 @@ async def upload_log(
     append: bool = Query(False, description="append to what was uploaded before"),
     final: bool = Query(True, description="the log is complete: analyse it"),
     wait: bool = Query(True, description="with final: wait for the verdict"),
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     """Upload a cycle log's bytes (for hosts that share no filesystem with the service).
 
     Send the whole log, or send it in pieces with `append=true&final=false` and end with
@@ -252,8 +265,13 @@ async def upload_log(
     if not final:
         return {"job_id": job_id, "cycle": cycle, "status": "pending", "verdict": None}
     fut = await asyncio.to_thread(st.analyze, tl, force=True)
+    limit = st.settings.analysis_timeout_s
     if wait:
-        await wait_future(fut, st.settings.wait_timeout_s)
+        await wait_future(fut, limit)
+        if not fut.done():
+            return still_running(
+                {"job_id": job_id, "cycle": cycle, "verdict": None}, job_id, cycle, limit
+            )
     if fut.done() and fut.exception() is not None:
         exc = fut.exception()
         if isinstance(exc, ApiError):
@@ -274,7 +292,7 @@ async def upload_fr(
     cycle: int,
     request: Request,
     files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     """Store Flight Recorder dumps with a cycle, analyse them, and re-decide the cycle's
     verdict with the culprit ranks as evidence (when the cycle's log is known)."""
     st = state_of(request)
@@ -312,28 +330,33 @@ async def upload_fr(
         await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, None)
     await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
     verdict = None
+    running = False
     tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
     if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
         fut = await asyncio.to_thread(st.analyze, tl, fr_culprit_ranks=culprits or None, force=True)
-        await wait_future(fut, st.settings.wait_timeout_s)
+        await wait_future(fut, st.settings.analysis_timeout_s)
+        running = not fut.done()
         if fut.done() and fut.exception() is None:
             verdict = fut.result()
         rec = await asyncio.to_thread(st.repo.get_cycle, job_id, cycle)
         if rec is not None and not rec.fr_findings:
             await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
-    return {
+    body = {
         "job_id": job_id,
         "cycle": cycle,
         "files": [p.name for p in paths],
         "findings": findings,
         "verdict": verdict,
     }
+    if running:
+        return still_running(body, job_id, cycle, st.settings.analysis_timeout_s)
+    return body
 
 
 @router.post("/jobs/{job_id}/cycles/{cycle}/node-health", response_model=NodeHealthAnswer)
 async def post_node_health(
     job_id: str, cycle: int, report: NodeHealthSubmission, request: Request
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     """Store a node's health report with a cycle and decide the cycle again so that its
     verdict records the node (when the cycle's log is known); a later report for the same
     node replaces the earlier one."""
@@ -355,8 +378,11 @@ async def post_node_health(
                 if exc.error_code != "overloaded":
                     raise
                 break
-            await wait_future(fut, st.settings.wait_timeout_s)
-            if not fut.done() or fut.exception() is not None:
+            await wait_future(fut, st.settings.analysis_timeout_s)
+            if not fut.done():
+                body = {"job_id": job_id, "cycle": cycle, "node": report.node, "verdict": None}
+                return still_running(body, job_id, cycle, st.settings.analysis_timeout_s)
+            if fut.exception() is not None:
                 break
             verdict = fut.result()
             if report.node in {str(n.get("node")) for n in verdict.get("node_health") or []}:

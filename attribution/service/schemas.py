@@ -71,9 +71,13 @@ class VerdictAnswer(BaseModel):
 
     job_id: str
     cycle: int
-    status: Literal["pending", "completed"]
+    status: Literal["pending", "completed", "failed"]
     verdict: dict[str, Any] | None
     cached: bool = False
+    error: str | None = Field(default=None, description="status failed: why the analysis failed")
+    message: str | None = Field(
+        default=None, description="202: the analysis runs on; where to poll for the verdict"
+    )
 
 
 class FRAnswer(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,12 @@ class ServiceSettings:
     analysis_workers: int = 2
     max_tracked_logs: int = 10_000
     progressive_poll_s: float = 0.5
-    wait_timeout_s: float = 60.0  # longest GET /logs?wait=true
+    # longest a request waits for an analysis (GET /logs?wait=true, uploads, FR dumps,
+    # node-health re-decisions); past it the answer says the verdict is pending
+    analysis_timeout_s: float = 60.0
+    resume_unfinished: bool = True  # on start: resume analyses a killed service left
+    # test-only: called with the job id before each analysis (attribution/service/hold.py)
+    analysis_hold: Callable[[str], None] | None = None
     dashboard: bool = True
     dashboard_public: bool = False  # with a token: dashboard pages readable without it
 
@@ -41,3 +47,7 @@ class ServiceSettings:
         if self.data_dir is None:
             self.data_dir = home / "service"
         self.allowed_roots = [Path(os.path.realpath(r)) for r in self.allowed_roots]
+        if self.analysis_hold is None:
+            from attribution.service.hold import from_environment
+
+            self.analysis_hold = from_environment()

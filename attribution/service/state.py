@@ -146,7 +146,42 @@ class ServiceState:
         self.engine.add_listener(fn)
 
     async def start(self) -> None:
+        if self.settings.resume_unfinished:
+            await asyncio.to_thread(self.resume_unfinished)
         self._poll_task = asyncio.create_task(self._poll_loop())
+
+    def resume_unfinished(self) -> tuple[int, int]:
+        """Resume every analysis a killed service left unfinished; return (resumed, failed).
+
+        Runs before the service answers requests, so pollers find the resumed analyses in
+        flight (`wait=true` waits for them). A cycle whose log is no longer readable inside
+        the roots is marked failed with the reason (`analysis_error`), so `wait=false`
+        pollers see it end instead of pending forever."""
+        resumed = failed = 0
+        for job_id, cycle, log_path in self.repo.unfinished_analyses():
+            reason = None
+            if not log_path:
+                reason = "no log is known for the cycle"
+            else:
+                try:
+                    os.close(self.open_log(log_path))
+                except ApiError as exc:
+                    reason = exc.message
+            if reason is not None:
+                self.repo.mark_analysis_failed(
+                    job_id, cycle, f"analysis not resumed after a service restart: {reason}"
+                )
+                failed += 1
+                continue
+            tl = self.track(Path(log_path), job_id, cycle, intent="terminal")  # type: ignore[arg-type]
+            self._remember(tl)
+            self.analyze(tl, force=True, resumed=True)
+            resumed += 1
+        if resumed or failed:
+            log.warning(
+                "unfinished analyses after a restart: %d resumed, %d failed", resumed, failed
+            )
+        return resumed, failed
 
     async def stop(self) -> None:
         if self._poll_task is not None:
@@ -317,14 +352,24 @@ class ServiceState:
             )
 
     def analyze(
-        self, tl: TrackedLog, *, fr_culprit_ranks: list[int] | None = None, force: bool = False
+        self,
+        tl: TrackedLog,
+        *,
+        fr_culprit_ranks: list[int] | None = None,
+        force: bool = False,
+        resumed: bool = False,
     ) -> Future[dict[str, Any]]:
-        """Start (or join) the analysis of `tl`; returns the future of its verdict."""
+        """Start (or join) the analysis of `tl`; returns the future of its verdict.
+
+        A new analysis is recorded in the history before it starts
+        (`mark_analysis_requested`), so a service killed meanwhile resumes it on its next
+        start (`resumed=True`: such analyses are not refused for capacity)."""
         running = self.coalescer.get(tl.key)
         if running is not None:
             self.coalescer.joined += 1
             return running
-        self._check_capacity()
+        if not resumed:
+            self._check_capacity()
         if not force and fr_culprit_ranks is None:
             cached = self._cached_verdict(tl)
             if cached is not None:
@@ -334,6 +379,8 @@ class ServiceState:
                 self.cache_hits += 1
                 return fut
         tl.verdict, tl.error, tl.cached = None, None, False
+        if not resumed:
+            self.repo.mark_analysis_requested(tl.job_id, tl.cycle)
         fut, _ = self.coalescer.submit(tl.key, lambda: self._run_analysis(tl, fr_culprit_ranks))
         tl.future = fut
         return fut
@@ -359,7 +406,21 @@ class ServiceState:
         return None
 
     def _run_analysis(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
+        try:
+            return self._analyse(tl, fr)
+        except BaseException as exc:
+            reason = tl.error or getattr(exc, "message", None) or f"{type(exc).__name__}"
+            try:
+                self.repo.mark_analysis_failed(tl.job_id, tl.cycle, reason)
+            except Exception:  # the database is down: the next start resumes it instead
+                log.exception("could not record the failed analysis of %s", tl.path)
+            raise
+
+    def _analyse(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
         try:  # fr None: the engine reads the FR ranks stored with the cycle
+            hold = self.settings.analysis_hold
+            if hold is not None:
+                hold(tl.job_id)
             t0 = time.perf_counter()
             with tl.lock:
                 evidence, identity = tl.finish()
@@ -445,6 +506,8 @@ class ServiceState:
         stored = self.repo.get_cycle(job_id, cycle)
         if stored is not None and stored.verdict is not None:
             tl.verdict, tl.cached = stored.verdict, True
+        elif stored is not None and stored.analysis_requested_at is None:
+            tl.error = stored.analysis_error  # its analysis failed (or was not resumed)
         self._remember(tl)
         return tl
 
@@ -458,5 +521,7 @@ class ServiceState:
         tl = self.track(Path(rec.log_path), job_id, cycle)
         if rec.verdict is not None:
             tl.verdict, tl.cached = rec.verdict, True
+        elif rec.analysis_requested_at is None:
+            tl.error = rec.analysis_error  # its analysis failed (or was not resumed)
         self._remember(tl)
         return tl

@@ -1,0 +1,147 @@
+"""A service killed mid-analysis resumes it on its next start (issue 12, item 4), and a
+slow analysis holds nobody else back (item 10); against the real `relaunch serve`.
+
+Analyses are kept in flight deterministically: the service runs with
+`RELAUNCH_TEST_ANALYSIS_HOLD` (attribution/service/hold.py), and an analysis of a held job
+waits at a FIFO until the test releases it. No sleeps, no timed assertions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._service_helpers import (
+    hold_analyses,
+    release_analyses,
+    require_restart_agent,
+    service_factory,  # noqa: F401
+)
+
+require_restart_agent()
+
+pytestmark = pytest.mark.slow
+
+GOOD = "[rank0]: iteration 5 | lm loss 2.5\n[rank0]: ValueError: bad learning rate -1\n"
+CUDA = "[rank3]: RuntimeError: CUDA error: unspecified launch failure\n"
+HOLD = "RELAUNCH_TEST_ANALYSIS_HOLD"
+
+
+def _terminal(c, log: Path, job: str, cycle: int) -> None:
+    body = {"log_path": str(log), "job_id": job, "cycle_id": cycle, "analysis_intent": "terminal"}
+    r = c.post("/logs", json=body)
+    assert r.status_code == 200 and r.json()["status"] == "pending", r.text
+
+
+def _verdict(c, job: str, cycle: int, wait: bool) -> dict:
+    r = c.get(f"/v1/jobs/{job}/cycles/{cycle}/verdict", params={"wait": str(wait).lower()})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_analyses_killed_with_the_service_are_resumed_or_failed(service_factory, tmp_path):  # noqa: F811
+    hold = tmp_path / "hold"
+    hold_analyses(hold, "crash")
+    svc = service_factory(env={HOLD: str(hold)}, extra_args=["--workers", "1"])
+    (svc.root / "c").mkdir()
+    logs = [svc.root / "a.log", svc.root / "b.log", svc.root / "c" / "d.log"]
+    for log in logs:
+        log.write_text(GOOD)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "d.log").write_text(CUDA)
+    with svc.client() as c:
+        for i, log in enumerate(logs):
+            _terminal(c, log, "crash", i)
+        assert [_verdict(c, "crash", i, False)["status"] for i in range(3)] == ["pending"] * 3
+    assert svc.proc is not None
+    svc.proc.kill()  # SIGKILL while cycle 0 is being analysed and 1, 2 are queued
+    svc.proc.wait(30)
+    svc.proc = None
+    logs[1].unlink()  # gone: cannot be resumed
+    (svc.root / "c").rename(svc.root / "c.orig")
+    (svc.root / "c").symlink_to(outside, target_is_directory=True)  # escapes: not resumed
+    svc.env = {}  # no hold after the restart
+    svc.start()
+    with svc.client() as c:
+        first = _verdict(c, "crash", 0, True)  # the resumed analysis is in flight: waits
+        assert first["status"] == "completed", first
+        assert first["verdict"]["decision"] in ("STOP", "RESTART")
+        assert _verdict(c, "crash", 0, False)["status"] == "completed"
+        gone = _verdict(c, "crash", 1, False)
+        assert gone["status"] == "failed" and "not found" in gone["error"], gone
+        escaped = _verdict(c, "crash", 2, False)
+        assert escaped["status"] == "failed" and "symlink" in escaped["error"], escaped
+        nvrx = c.get("/logs", params={"log_path": str(logs[1]), "wait": "false"}).json()
+        assert nvrx["status"] == "completed" and nvrx["result"]["state"] == "error"
+        assert "CUDA" not in c.get("/v1/jobs/crash/cycles/2").text
+    svc.restart()  # nothing left to resume: the failed ones stay failed, the verdict stays
+    with svc.client() as c:
+        assert _verdict(c, "crash", 0, False)["status"] == "completed"
+        assert _verdict(c, "crash", 1, False)["status"] == "failed"
+
+
+def test_slow_analysis_does_not_hold_other_requests(service_factory, tmp_path):  # noqa: F811
+    hold = tmp_path / "hold"
+    hold_analyses(hold, "slow")
+    svc = service_factory(
+        env={HOLD: str(hold)}, extra_args=["--analysis-timeout", "3600", "--rate-limit", "0"]
+    )
+    answers: dict[str, object] = {}
+
+    def slow_upload() -> None:
+        with svc.client(timeout=3600) as c:
+            answers["slow"] = c.post("/v1/jobs/slow/cycles/0/log", content=CUDA.encode())
+
+    t = threading.Thread(target=slow_upload)
+    t.start()
+    try:
+        with svc.client() as c:
+            while c.get("/v1/stats").json()["analyses_inflight"] < 1:
+                time.sleep(0.01)  # poll until the slow upload's analysis is held in flight
+            assert c.get("/healthz").json()["status"] == "ok"
+            assert c.get("/v1/jobs").status_code == 200
+            assert c.get("/").status_code == 200  # dashboard
+            assert _verdict(c, "slow", 0, False)["status"] == "pending"
+            fast = c.post("/v1/jobs/fast/cycles/0/log", content=GOOD.encode())
+            assert fast.status_code == 200 and fast.json()["status"] == "completed", fast.text
+            log = svc.root / "other.log"
+            log.write_text(CUDA)
+            _terminal(c, log, "other", 0)
+            got = c.get("/logs", params={"log_path": str(log)}).json()
+            assert got["status"] == "completed"
+            assert t.is_alive() and "slow" not in answers  # still held, never answered
+    finally:
+        release_analyses(hold, "slow")
+        t.join()
+    slow = answers["slow"]
+    assert slow.status_code == 200 and slow.json()["status"] == "completed", slow.text
+
+
+def test_request_waiting_past_the_analysis_timeout_gets_202(service_factory, tmp_path):  # noqa: F811
+    hold = tmp_path / "hold"
+    hold_analyses(hold, "late")
+    svc = service_factory(env={HOLD: str(hold)}, extra_args=["--analysis-timeout", "0.2"])
+    try:
+        with svc.client() as c:
+            r = c.post("/v1/jobs/late/cycles/0/log", content=CUDA.encode())
+            assert r.status_code == 202, r.text
+            body = r.json()
+            assert body["status"] == "pending" and body["verdict"] is None
+            assert "/v1/jobs/late/cycles/0/verdict" in body["message"]
+            w = c.get("/v1/jobs/late/cycles/0/verdict", params={"wait": "true"})
+            assert w.status_code == 202 and w.json()["status"] == "pending"
+            nh = c.post("/v1/jobs/late/cycles/0/node-health", json={"node": "n1", "healthy": False})
+            assert nh.status_code == 202 and nh.json()["verdict"] is None
+            assert c.get("/healthz").json()["status"] == "ok"
+    finally:
+        release_analyses(hold, "late")
+    with svc.client() as c:
+        while (
+            v := c.get("/v1/jobs/late/cycles/0/verdict", params={"wait": "true"})
+        ).status_code == 202:
+            pass  # the released analysis (and the node-health one after it) finish
+        assert v.json()["status"] == "completed"
