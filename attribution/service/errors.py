@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,11 @@ def install_handlers(app: FastAPI) -> None:
                 {"error_code": code, "message": str(exc.detail)}, status_code=exc.status_code
             )
         return error_response(code, str(exc.detail))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # the client left mid-body: nobody reads this answer, and it is no server error
+        return error_response("invalid_parameter", "the client left before the body ended")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

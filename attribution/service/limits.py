@@ -46,6 +46,21 @@ async def _send_error(
     await send({"type": "http.response.body", "body": body})
 
 
+DRAIN_BYTES = 16 << 20  # read and dropped past a streamed body's limit before the 413
+
+
+async def _drain(receive: Receive, message: Message) -> None:
+    """Read (and drop) the rest of a body that went over its limit, up to DRAIN_BYTES, so
+    that the 413 reaches a client still sending instead of a connection reset (a socket
+    closed with unread data answers with RST). A longer body is cut off after the 413."""
+    dropped = 0
+    while message.get("more_body", False) and dropped < DRAIN_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        dropped += len(message.get("body", b""))
+
+
 class TokenBucket:
     """Per-key token buckets; keeps at most `max_keys` keys (least recently used evicted)."""
 
@@ -144,6 +159,7 @@ class LimitsMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    await _drain(receive, message)
                     raise ApiError(
                         "payload_too_large", f"request body over the limit of {limit} bytes"
                     )

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from attribution.files import safe_name
 from attribution.service.errors import ERROR_RESPONSES, ApiError
@@ -191,6 +192,9 @@ async def receive_to_temp(stream: AsyncIterator[bytes], directory: Path) -> Path
             async for chunk in stream:
                 if chunk:
                     await asyncio.to_thread(fh.write, chunk)
+    except ClientDisconnect:
+        await asyncio.to_thread(_unlink_quietly, tmp)
+        raise ApiError("invalid_parameter", "the client left before the body ended") from None
     except BaseException:
         await asyncio.to_thread(_unlink_quietly, tmp)
         raise
@@ -310,8 +314,12 @@ async def upload_fr(
         for i, up in enumerate(files):
             name = os.path.basename(up.filename or "") or f"dump_{i}"
             name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128].lstrip(".") or f"dump_{i}"
+            if any(p.name == name for p in paths):
+                name = f"dup{i}-{name}"  # two parts with one name: keep both
             target = dest_dir / name
-            with open(target, "wb") as out:
+            # a new file in the fresh directory: never follows or reuses anything there
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(target, flags, 0o600), "wb") as out:
                 while chunk := await up.read(UPLOAD_CHUNK):
                     await asyncio.to_thread(out.write, chunk)
             paths.append(target)
