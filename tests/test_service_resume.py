@@ -145,3 +145,38 @@ def test_request_waiting_past_the_analysis_timeout_gets_202(service_factory, tmp
         ).status_code == 202:
             pass  # the released analysis (and the node-health one after it) finish
         assert v.json()["status"] == "completed"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_repository_tracks_analyses_in_flight(tmp_path, backend):
+    import os as _os
+
+    import storage
+
+    if backend == "postgresql":
+        url = _os.environ.get("RELAUNCH_TEST_PG_URL")
+        if not url:
+            pytest.skip("RELAUNCH_TEST_PG_URL not set (scripts/test.sh starts PostgreSQL)")
+    else:
+        url = f"sqlite:///{tmp_path / 'h.db'}"
+    repo = storage.open_repository(url)
+    job = f"inflight-{tmp_path.name}"
+    try:
+        repo.register_cycle(job, 0, "/logs/a.log")
+        repo.register_cycle(job, 1, "/logs/b.log")
+        repo.mark_analysis_requested(job, 0)
+        repo.mark_analysis_requested(job, 1)
+        mine = [u for u in repo.unfinished_analyses() if u[0] == job]
+        assert mine == [(job, 0, "/logs/a.log"), (job, 1, "/logs/b.log")]
+        verdict = {"decision": "RESTART", "rule": "r", "basis": "b", "primary": None}
+        repo.save_verdict(job, 0, verdict)
+        repo.mark_analysis_failed(job, 1, "log file not found")
+        assert [u for u in repo.unfinished_analyses() if u[0] == job] == []
+        done, failed = repo.get_cycle(job, 0), repo.get_cycle(job, 1)
+        assert done.analysis_requested_at is None and done.analysis_error is None
+        assert failed.verdict is None and failed.analysis_error == "log file not found"
+        repo.mark_analysis_requested(job, 1)  # asked again: in flight, not failed any more
+        assert repo.get_cycle(job, 1).analysis_requested_at is not None
+    finally:
+        repo.delete_job(job)
+        repo.close()
