@@ -32,6 +32,8 @@ def serve(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
         (["--port", "70000"], "--port must be 0-65535"),
         (["--workers", "0"], "--workers must be at least 1"),
         (["--poll-interval", "0"], "--poll-interval must be between"),
+        (["--analysis-timeout", "0"], "--analysis-timeout must be between"),
+        (["--analysis-timeout", "nan"], "--analysis-timeout must be between"),
     ],
 )
 def test_bad_flags_get_one_line(tmp_path: Path, args: list[str], needle: str):
