@@ -180,3 +180,28 @@ def test_repository_tracks_analyses_in_flight(tmp_path, backend):
     finally:
         repo.delete_job(job)
         repo.close()
+
+
+def test_sigterm_with_queued_analyses_loses_none(service_factory, tmp_path):  # noqa: F811
+    """A stopping service finishes the running analysis and leaves the queued ones to the
+    next start: whichever way each went, every acknowledged analysis ends with a verdict."""
+    hold = tmp_path / "hold"
+    hold_analyses(hold, "run")
+    svc = service_factory(env={HOLD: str(hold)}, extra_args=["--workers", "1"])
+    logs = {job: svc.root / f"{job}.log" for job in ("run", "q1", "q2")}
+    with svc.client() as c:
+        for job, log in logs.items():
+            log.write_text(CUDA)
+            _terminal(c, log, job, 0)
+    assert svc.proc is not None
+    proc = svc.proc
+    proc.terminate()
+    release_analyses(hold, "run")  # the running analysis may end now; shutdown waits for it
+    proc.wait(120)
+    svc.proc = None
+    svc.env = {}
+    svc.start()
+    with svc.client() as c:
+        for job in logs:
+            got = _verdict(c, job, 0, True)
+            assert got["status"] == "completed", (job, got)

@@ -188,7 +188,9 @@ class ServiceState:
             self._poll_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poll_task
-        self.executor.shutdown(wait=True, cancel_futures=False)
+        # running analyses finish; queued ones are dropped and stay recorded as requested,
+        # so the next start resumes them (resume_unfinished) instead of delaying this stop
+        self.executor.shutdown(wait=True, cancel_futures=True)
         self.engine.close(timeout=10.0)  # let queued listener events (audit files) finish
         for fn in self.listeners:
             close = getattr(fn, "close", None)
