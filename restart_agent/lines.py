@@ -4,17 +4,23 @@ The scanner (`restart_agent.scanner`) finds the few lines worth looking at with 
 byte searches and hands each one here, in log order, with its 1-based line number.
 `LineInterpreter` decodes it, splits the rank prefix, keeps the traceback frames of each
 rank apart (tracebacks of several ranks interleave) and turns pattern matches into
-`Evidence`, folding cascades into counts.
+`Evidence`, folding cascades into counts. It also hands the launcher's fact lines to
+`restart_agent.facts` and torch elastic's exit reports to `restart_agent.elastic`, and
+records how each evidence line's rank was known (`rank_source`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from restart_agent.elastic import ElasticReader
+from restart_agent.facts import PREFIX as FACT_PREFIX
+from restart_agent.facts import FactCollector
 from restart_agent.fingerprint import entity_of, fingerprint
 from restart_agent.model import CascadeGroup, Evidence
-from restart_agent.prefixes import split_prefix
+from restart_agent.prefixes import bounded_int, split_prefix
 from restart_agent.registry import PatternRow, Registry
 
 MAX_TEXT = 500  # characters of a line kept in evidence
@@ -25,6 +31,8 @@ MAX_FRAMES = 16
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
+# a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
+_MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
 
 
@@ -58,10 +66,19 @@ class LineInterpreter:
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
     _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
     _by_min: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    facts: FactCollector = field(default_factory=FactCollector)
+    elastic: ElasticReader = field(default_factory=ElasticReader)
+
+    def extras(self) -> dict[str, Any]:
+        """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
+        return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
 
     def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
+            self.facts.line(text, lineno)
+            return
         if "\r" in text:  # progress bars redraw with bare CR: keep the last state
             text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
         split = split_prefix(text)
@@ -69,6 +86,9 @@ class LineInterpreter:
         if not body:
             return
         key = split.rank
+        block = None
+        if "xitcode" in body or "rank " in body or "Root Cause" in body:
+            block = self.elastic.line(body, lineno)
         if _TRACEBACK.match(body):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
             return
@@ -87,9 +107,19 @@ class LineInterpreter:
                 continue
             groups = m.groupdict()
             msg = groups.get("msg") or m.group(0)
-            rank = key
+            rank, source = key, None
+            if rank is not None:
+                unprefixed = split.launcher and split.body == text.lstrip()
+                source = "launcher" if unprefixed else "prefix"
             if rank is None and groups.get("rank"):
-                rank = int(groups["rank"])
+                rank = bounded_int(groups["rank"])
+                source = "message" if rank is not None else None
+            if rank is None and block is not None:
+                rank, source = block
+            if rank is None and "Rank " in body:
+                rm = _MESSAGE_RANK.search(body)
+                if rm:
+                    rank, source = int(rm.group(1)), "message"
             node = groups.get("node")
             context: list[dict[str, object]] = []
             user_frame = None
@@ -123,6 +153,7 @@ class LineInterpreter:
                 node=node,
                 context=context,
                 user_frame=user_frame,
+                rank_source=source,
             )
             self._record(ev)
             return

@@ -8,6 +8,9 @@ Understood (at the start of a line):
 - `[1,3]<stderr>:`    Open MPI `--tag-output` (`<stdout>` too)
 - `3: `               Slurm `srun --label` (optionally space-padded)
 
+Rank numbers are bounded: more than 8 digits (e.g. a 2^64 `N: ` label) is no prefix at all,
+never an exception.
+
 Lines of the launcher itself start with `[relaunch]` or `[launcher]` (after an optional
 timestamp-free rank-less position); they carry no rank unless they say `rank=N`/`rank N`.
 The same table drives `RANK_BYTES`, the C-level regex that collects every rank seen.
@@ -19,19 +22,20 @@ import re
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
-    r"^(?:\[(?:rank ?|default)(?P<r1>\d+)\]:|\[\d+,(?P<r2>\d+)\]<std(?:out|err)>:|[ ]*(?P<r3>\d+): )"
+    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): )"
 )
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
-_LAUNCHER_RANK = re.compile(r"\brank[= ](\d+)\b")
+_LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
+MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
 # (head, tail, full regex) with the rank digits between head and tail.
 RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
-    (head, tail, re.compile(head + rb"(\d+)" + tail))
+    (head, tail, re.compile(head + rb"(\d{1,8})" + tail))
     for head, tail in (
         (rb"\n\[rank ?", rb"\]:"),
         (rb"\n\[default", rb"\]:"),
-        (rb"\n\[\d+,", rb"\]<std(?:out|err)>:"),
+        (rb"\n\[\d{1,8},", rb"\]<std(?:out|err)>:"),
         (rb"\n *", rb": "),
     )
 )
@@ -58,3 +62,10 @@ def split_prefix(line: str) -> Split:
         rm = _LAUNCHER_RANK.search(line)
         return Split(int(rm.group(1)) if rm else None, line.lstrip(), True)
     return Split(None, line, False)
+
+
+def bounded_int(text: str | None, digits: int = MAX_RANK_DIGITS) -> int | None:
+    """`int(text)` for a decimal of at most `digits` digits, else None (never raises)."""
+    if not text or len(text) > digits or not text.isdigit() or not text.isascii():
+        return None
+    return int(text)

@@ -1,0 +1,44 @@
+"""Loads `taxonomy.yaml`: signal -> failure class, and the infrastructure classes that win.
+
+Read once and validated (a malformed table is a `RegistryError` naming the file).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from restart_agent.registry import RegistryError, _load_yaml
+
+TAXONOMY_FILE = Path(__file__).resolve().parent / "taxonomy.yaml"
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    signals: dict[str, str]
+    exit_code: str
+    infrastructure_wins: frozenset[str]
+
+    def exit_class(self, signal: str | None) -> str:
+        """Failure class of a process exit: by its signal, else the exit-code class."""
+        if signal:
+            return self.signals.get(signal, "killed_by_signal")
+        return self.exit_code
+
+
+@functools.lru_cache(maxsize=1)
+def taxonomy() -> Taxonomy:
+    data = _load_yaml(TAXONOMY_FILE)
+    signals = data.get("signals")
+    wins = data.get("infrastructure_wins")
+    exit_code = data.get("exit_code")
+    if not isinstance(signals, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in signals.items()
+    ):
+        raise RegistryError(f"{TAXONOMY_FILE}: signals must map signal names to classes")
+    if not isinstance(wins, list) or not all(isinstance(c, str) for c in wins):
+        raise RegistryError(f"{TAXONOMY_FILE}: infrastructure_wins must be a list of classes")
+    if not isinstance(exit_code, str) or not exit_code:
+        raise RegistryError(f"{TAXONOMY_FILE}: exit_code must be a class name")
+    return Taxonomy(dict(signals), exit_code, frozenset(wins))
