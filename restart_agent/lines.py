@@ -22,6 +22,7 @@ from restart_agent.fingerprint import entity_of, fingerprint
 from restart_agent.model import CascadeGroup, Evidence
 from restart_agent.prefixes import bounded_int, split_prefix
 from restart_agent.registry import PatternRow, Registry
+from restart_agent.taxonomy import taxonomy
 
 MAX_TEXT = 500  # characters of a line kept in evidence
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
@@ -123,9 +124,13 @@ class LineInterpreter:
             node = groups.get("node")
             context: list[dict[str, object]] = []
             user_frame = None
+            recoverability = row.recoverability
             frames = self._tb.pop(key, None)
             if frames is not None:
                 context = [{"line": n, "text": t} for n, t in frames]
+                fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
+                if taxonomy().validates_config(row.id, fns):
+                    recoverability = "config"
                 for _, t in reversed(frames):
                     fm = _FRAME.match(t)
                     if fm and is_user_frame(fm.group("path")):
@@ -146,7 +151,7 @@ class LineInterpreter:
                 failure_class=row.failure_class,
                 domain=row.domain,  # type: ignore[arg-type]
                 role=row.role,  # type: ignore[arg-type]
-                recoverability=row.recoverability,
+                recoverability=recoverability,
                 text=body[:MAX_TEXT],
                 fingerprint=fingerprint(row.failure_class, msg),
                 entity=entity,
