@@ -6,15 +6,17 @@ rank):
 1. a Flight Recorder culprit rank (`decide(..., fr_culprit_ranks=...)`),
 2. the log's own root lines (earliest root before teardown; `prefix` / `message` rank),
    except that an infrastructure root of the classes in `taxonomy.yaml`
-   (`infrastructure_wins`) wins over a workload root that is only *probable*,
+   (`infrastructure_wins`) wins over a workload root that is only *probable*, and a bare
+   Slurm `CANCELLED` line yields to one that gives the reason (preemption, node failure),
 3. the launcher's facts (`launcher`): a declared hang, else the first failing rank; a rank
    that died by a signal without a root line of its own is the primary even when other
    ranks logged errors after it,
 4. torch elastic's `Root Cause (first observed failure)` entry (`elastic_root_cause`) or
    its `failed (exitcode: C) local_rank: L (pid: P)` line (`elastic_exit`; the local rank
    is the global one only on a single node),
-5. a kernel line (Xid, OOM killer) whose PID an elastic exit report ties to a rank
-   (`kernel`),
+5. for a root line without a rank: a kernel line's PID (Xid, OOM killer) that an elastic
+   exit report ties to a rank (`kernel`), else a line of the same failure class that names
+   a rank, else the single failed process torch elastic reported,
 6. a collective-timeout cascade in which every rank but one timed out: the silent rank is
    the suspect (`silent_rank`),
 7. else the earliest cascade, as the scanner chose it.
@@ -34,6 +36,7 @@ from restart_agent.taxonomy import taxonomy
 
 _PID = re.compile(r"(?:Killed process|pid[=: ]+|PID )\s*(\d{1,10})\b")
 TIMEOUT_CLASSES = ("nccl_watchdog_timeout",)
+REASONED_ENDS = ("preemption", "node_failure", "time_limit")
 SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
 
 
@@ -108,6 +111,36 @@ def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None
     return None
 
 
+def _reasoned_end(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
+    """A bare 'CANCELLED' line yields to a Slurm line of the same cycle that gives the reason."""
+    if primary.failure_class != "user_cancellation":
+        return None
+    for e in evidence.roots:
+        if e.failure_class in REASONED_ENDS and e is not primary:
+            return e
+    return None
+
+
+def _rank_from_peers(e: Evidence, evidence: CycleEvidence) -> tuple[int, str] | None:
+    """A rank for a rankless root: a line of the same failure class that has one, or the
+    single failed process torch elastic reported."""
+    for x in list(evidence.roots) + list(evidence.cascade_evidence):
+        if x.failure_class == e.failure_class and x.rank is not None:
+            return x.rank, x.rank_source or "message"
+    failed = {
+        (x.rank, x.source) if x.rank is not None else (x.local_rank, "elastic_exit")
+        for x in evidence.exits
+        if x.exitcode and x.source in ("elastic_root_cause", "elastic_exit")
+    }
+    ranks = {r for r, _ in failed if r is not None}
+    if len(ranks) == 1:
+        rank = ranks.pop()
+        sources = sorted(src for r, src in failed if r == rank)
+        if sources[0] != "elastic_exit" or _single_node(evidence):
+            return rank, sources[0]
+    return None
+
+
 def _rank_by_pid(e: Evidence, evidence: CycleEvidence) -> int | None:
     m = _PID.search(e.text)
     pid = bounded_int(m.group(1), 10) if m else None
@@ -161,6 +194,10 @@ def pick_primary(
         if winner is not None:
             primary = winner
             reason = "infrastructure root in the same cycle wins over a probable workload bug"
+        ended = _reasoned_end(primary, evidence)
+        if ended is not None:
+            primary = ended
+            reason = "the scheduler's line that gives the reason the job was cancelled"
     facts = evidence.launcher
     # ------------------------------------------------------------ the launcher's facts
     if facts is not None:
@@ -192,6 +229,9 @@ def pick_primary(
             rank = _rank_by_pid(primary, evidence)
             if rank is not None:
                 return _with_rank(primary, rank, "kernel"), reason + "; rank tied by its PID"
+            peer = _rank_from_peers(primary, evidence)
+            if peer is not None:
+                return _with_rank(primary, *peer), reason
         return primary, reason
     root_cause = [x for x in evidence.exits if x.source == "elastic_root_cause" and x.exitcode]
     if root_cause:

@@ -34,6 +34,8 @@ _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
+# srun --label's own report of a task (= global rank under srun) that died
+_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
 
 
@@ -117,6 +119,10 @@ class LineInterpreter:
                 source = "message" if rank is not None else None
             if rank is None and block is not None:
                 rank, source = block
+            if rank is None and body.startswith("srun: error:"):
+                sm = _SRUN_TASK.match(body)
+                if sm:
+                    rank, source = int(sm.group(1)), "message"
             if rank is None and "Rank " in body:
                 rm = _MESSAGE_RANK.search(body)
                 if rm:

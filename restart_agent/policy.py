@@ -21,6 +21,8 @@ RESTART
 - `restart.progress`            the job advanced since the previous failures: counts reset
 - `restart.progress_unknown`    progress unknown in this cycle: counting rules never STOP on it
 - `restart.workload_first`      workload bug seen for the first time since progress
+- `restart.retryable_workload`  workload failure that may not recur (CUDA OOM, NaN loss),
+                                within the same-root and job ceilings
 - `restart.infrastructure`      infrastructure/unknown root within its budgets
 - `restart.cascade_only`        only cascades (e.g. NCCL timeouts everywhere), within budgets
 - `restart.no_evidence`         nothing matched: default bias is RESTART
@@ -430,6 +432,12 @@ def decide(
             "RESTART",
             "restart.workload_first",
             f"{kind} {cls}; restart once to see whether it recurs without progress ({budgets['workload_recurrences_left']} identical recurrence(s) without progress left).",
+        )
+    if domain == "workload" and rec == "retry":
+        return verdict(
+            "RESTART",
+            "restart.retryable_workload",
+            f"{cls} may not recur on a restart (retryable within the budgets); {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
         )
     return verdict(
         "RESTART",

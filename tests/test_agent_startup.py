@@ -41,18 +41,32 @@ def test_identical_startup_workload_bug_stops_at_the_second_cycle(name: str) -> 
     assert second.budgets["workload_recurrences_left"] == 0
 
 
-def test_script_not_found_stops_on_first_sight_before_any_progress() -> None:
+def test_script_not_found_is_classified_and_stops_on_its_recurrence() -> None:
     text = "[rank0]: /usr/bin/python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory\n"
-    (v,) = run_job([text])
-    assert (v.decision, v.rule) == ("STOP", "stop.invalid_config")
-    assert v.primary.failure_class == "script_not_found"
+    first, second = run_job([text, text])
+    assert first.primary.failure_class == "script_not_found"
+    assert first.primary.entity == "/workspace/train.py"
+    assert (first.decision, second.decision, second.rule) == (
+        "RESTART",
+        "STOP",
+        "stop.startup_recurrence",
+    )
+
+
+def test_asserts_on_parallel_sizes_and_batch_arithmetic_are_invalid_config() -> None:
+    for msg in (
+        "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size",
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 2 * 1 * 1",
+    ):
+        (v,) = run_job([f"[rank0]: {msg}\n"])
+        assert (v.decision, v.rule) == ("STOP", "stop.invalid_config"), msg
 
 
 def test_assert_in_argument_validation_is_invalid_config() -> None:
     text = (
         "[rank0]: Traceback (most recent call last):\n"
         '[rank0]:   File "/work/megatron/training/arguments.py", line 400, in validate_args\n'
-        "[rank0]: AssertionError: num_layers (30) must be divisible by pipeline size (4)\n"
+        "[rank0]: AssertionError: unexpected value 3 for the schedule\n"
     )
     (v,) = run_job([text])
     assert (v.decision, v.rule) == ("STOP", "stop.invalid_config")
