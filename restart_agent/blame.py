@@ -6,7 +6,8 @@ rank):
 1. a Flight Recorder culprit rank (`decide(..., fr_culprit_ranks=...)`),
 2. the log's own root lines (earliest root before teardown; `prefix` / `message` rank),
    except that an infrastructure root of the classes in `taxonomy.yaml`
-   (`infrastructure_wins`) wins over a workload root that is only *probable*, and a bare
+   (`infrastructure_wins`) wins over a workload root that is only *probable* (or a
+   retryable one: CUDA OOM, NaN), and a bare
    Slurm `CANCELLED` line yields to one that gives the reason (preemption, node failure),
 3. the launcher's facts (`launcher`): a declared hang, else the first failing rank; a rank
    that died by a signal without a root line of its own is the primary even when other
@@ -101,7 +102,7 @@ def _first_root_on(evidence: CycleEvidence, rank: int) -> Evidence | None:
 
 
 def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
-    if primary.domain != "workload" or primary.recoverability != "probable":
+    if primary.domain != "workload" or primary.recoverability not in ("probable", "retry"):
         return None
     wins = taxonomy().infrastructure_wins
     for e in evidence.roots:

@@ -151,3 +151,50 @@ def test_policy_config_from_mapping_rejects_bad_input_with_one_clear_line(bad, s
     with pytest.raises(ValueError) as err:
         PolicyConfig.from_mapping(bad)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_hardware_fault_later_in_the_cycle_wins_over_a_probable_workload_root() -> None:
+    text = (
+        "[rank3]: RuntimeError: expected scalar type Float but found Half\n"
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, name=python, An uncorrectable double bit error (DBE) has been detected\n"
+    )
+    v = decide(scan_text(text))
+    assert v.primary.failure_class == "gpu_ecc_error"
+    assert "infrastructure root" in v.fan_out["primary_reason"]
+    # a certain workload bug is not overridden
+    syntax = "[rank0]: SyntaxError: invalid syntax\n" + text
+    assert decide(scan_text(syntax)).rule == "stop.certain_workload_bug"
+
+
+def test_a_bare_slurm_cancel_yields_to_the_line_that_gives_preemption_as_reason() -> None:
+    text = (
+        "slurmstepd: error: *** STEP 3736.0 ON node5 CANCELLED AT 2021-03-15T17:50:23 ***\n"
+        "slurmstepd: error: *** JOB 3736 ON node5 CANCELLED AT 2021-03-15T18:00:46 DUE TO PREEMPTION ***\n"
+    )
+    v = decide(scan_text(text))
+    assert (v.decision, v.primary.failure_class) == ("RESTART", "preemption")
+    bare = text.splitlines(keepends=True)[0]
+    assert decide(scan_text(bare)).rule == "stop.scheduler_terminated"
+
+
+def test_stacked_and_stream_prefixes() -> None:
+    ev = scan_text("[default0]:[rank12]: RuntimeError: CUDA error: unspecified launch failure\n")
+    assert (ev.primary.rank, ev.primary.rank_source) == (12, "prefix")
+    ev = scan_text(
+        "15: [rank15]: AssertionError: num_layers should be divisible by pipeline_model_parallel_size\n"
+    )
+    assert (ev.primary.rank, ev.primary.failure_class) == (15, "invalid_config")
+    ev = scan_text("[stderr]ModuleNotFoundError: No module named 'tensorboard'\n")
+    assert ev.primary.failure_class == "python_import_error" and ev.primary.rank is None
+
+
+def test_srun_task_names_the_rank_and_nan_messages_name_theirs() -> None:
+    ev = scan_text("srun: error: node17: task 289: Bus error\n")
+    assert (ev.primary.failure_class, ev.primary.rank, ev.primary.rank_source) == (
+        "sigbus",
+        289,
+        "message",
+    )
+    ev = scan_text("RuntimeError: Rank 3: found NaN in local grad norm in backward pass\n")
+    assert (ev.primary.failure_class, ev.primary.rank) == ("nan_loss", 3)
