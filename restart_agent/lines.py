@@ -4,18 +4,25 @@ The scanner (`restart_agent.scanner`) finds the few lines worth looking at with 
 byte searches and hands each one here, in log order, with its 1-based line number.
 `LineInterpreter` decodes it, splits the rank prefix, keeps the traceback frames of each
 rank apart (tracebacks of several ranks interleave) and turns pattern matches into
-`Evidence`, folding cascades into counts.
+`Evidence`, folding cascades into counts. It also hands the launcher's fact lines to
+`restart_agent.facts` and torch elastic's exit reports to `restart_agent.elastic`, and
+records how each evidence line's rank was known (`rank_source`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from restart_agent.elastic import ElasticReader
+from restart_agent.facts import PREFIX as FACT_PREFIX
+from restart_agent.facts import FactCollector
 from restart_agent.fingerprint import entity_of, fingerprint
 from restart_agent.model import CascadeGroup, Evidence
-from restart_agent.prefixes import split_prefix
+from restart_agent.prefixes import bounded_int, split_prefix
 from restart_agent.registry import PatternRow, Registry
+from restart_agent.taxonomy import taxonomy
 
 MAX_TEXT = 500  # characters of a line kept in evidence
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
@@ -25,6 +32,10 @@ MAX_FRAMES = 16
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
+# a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
+_MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
+# srun --label's own report of a task (= global rank under srun) that died
+_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
 
 
@@ -58,10 +69,19 @@ class LineInterpreter:
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
     _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
     _by_min: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    facts: FactCollector = field(default_factory=FactCollector)
+    elastic: ElasticReader = field(default_factory=ElasticReader)
+
+    def extras(self) -> dict[str, Any]:
+        """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
+        return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
 
     def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
+            self.facts.line(text, lineno)
+            return
         if "\r" in text:  # progress bars redraw with bare CR: keep the last state
             text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
         split = split_prefix(text)
@@ -69,6 +89,9 @@ class LineInterpreter:
         if not body:
             return
         key = split.rank
+        block = None
+        if "xitcode" in body or "rank " in body or "Root Cause" in body:
+            block = self.elastic.line(body, lineno)
         if _TRACEBACK.match(body):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
             return
@@ -87,15 +110,33 @@ class LineInterpreter:
                 continue
             groups = m.groupdict()
             msg = groups.get("msg") or m.group(0)
-            rank = key
+            rank, source = key, None
+            if rank is not None:
+                unprefixed = split.launcher and split.body == text.lstrip()
+                source = "launcher" if unprefixed else "prefix"
             if rank is None and groups.get("rank"):
-                rank = int(groups["rank"])
+                rank = bounded_int(groups["rank"])
+                source = "message" if rank is not None else None
+            if rank is None and block is not None:
+                rank, source = block
+            if rank is None and body.startswith("srun: error:"):
+                sm = _SRUN_TASK.match(body)
+                if sm:
+                    rank, source = int(sm.group(1)), "message"
+            if rank is None and "Rank " in body:
+                rm = _MESSAGE_RANK.search(body)
+                if rm:
+                    rank, source = int(rm.group(1)), "message"
             node = groups.get("node")
             context: list[dict[str, object]] = []
             user_frame = None
+            recoverability = row.recoverability
             frames = self._tb.pop(key, None)
             if frames is not None:
                 context = [{"line": n, "text": t} for n, t in frames]
+                fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
+                if taxonomy().validates_config(row.id, fns):
+                    recoverability = "config"
                 for _, t in reversed(frames):
                     fm = _FRAME.match(t)
                     if fm and is_user_frame(fm.group("path")):
@@ -116,13 +157,14 @@ class LineInterpreter:
                 failure_class=row.failure_class,
                 domain=row.domain,  # type: ignore[arg-type]
                 role=row.role,  # type: ignore[arg-type]
-                recoverability=row.recoverability,
+                recoverability=recoverability,
                 text=body[:MAX_TEXT],
                 fingerprint=fingerprint(row.failure_class, msg),
                 entity=entity,
                 node=node,
                 context=context,
                 user_frame=user_frame,
+                rank_source=source,
             )
             self._record(ev)
             return

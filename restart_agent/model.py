@@ -35,6 +35,9 @@ class Evidence:
     # traceback lines of the same rank that led to this line: [{"line": n, "text": s}, ...]
     context: list[dict[str, Any]] = field(default_factory=list)
     user_frame: str | None = None  # "path:line" of the innermost frame of the user's code
+    # how the rank was known: "prefix", "message", "launcher", "elastic_root_cause",
+    # "elastic_exit", "silent_rank", "kernel" (None: no rank)
+    rank_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,9 +73,84 @@ class Progress:
     checkpoint_iteration: int | None = None
     dialect: str | None = None  # which progress dialect matched (megatron, hf, lightning, ...)
     line: int | None = None  # line of the last progress report
+    # "dialect" (log lines) or "launcher" (iterations reported through launcher.client)
+    source: str | None = None
+    # the launcher saw the progress client in use and no iteration at all this cycle
+    no_iteration: bool = False
+    duration_s: float | None = None  # cycle duration, when the launcher said it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """A worker process's exit as a log line reported it (torch elastic, or the launcher).
+
+    `source`: "elastic_root_cause" (the `Root Cause (first observed failure)` entry),
+    "elastic_failure" (another entry of the `Failures:` block), "elastic_exit" (the agent's
+    `failed (exitcode: C) local_rank: L (pid: P)` line) or "launcher" (a `rank_exit` fact).
+    """
+
+    source: str
+    line: int
+    rank: int | None = None  # global rank (None: only the local rank is known)
+    local_rank: int | None = None
+    exitcode: int | None = None
+    signal: str | None = None  # "SIGKILL", ... when the exit code says a signal
+    pid: int | None = None
+    node: str | None = None
+    first: bool = False  # the launcher / elastic says this was the first failure
+    t_s: float | None = None  # seconds since the cycle started (launcher facts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProcessExit:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class LauncherFacts:
+    """What the launcher knew about one cycle (its `[relaunch] fact: {...}` lines).
+
+    Highest-trust evidence: `first_failing_rank` (the earliest `rank_exit` with
+    `first: true`), every exit, hangs declared by heartbeat, the last iteration each rank
+    reported through `launcher.client`, node health and the cycle duration.
+    """
+
+    facts: int = 0  # fact lines read
+    cycle: int | None = None
+    world_size: int | None = None
+    exits: list[ProcessExit] = field(default_factory=list)
+    first_failing_rank: int | None = None
+    stopped_ranks: list[int] = field(default_factory=list)
+    # [{"rank", "silent_s", "section", "initial", "others", "line"}]
+    hangs: list[dict[str, Any]] = field(default_factory=list)
+    iterations: dict[int, int] = field(default_factory=dict)  # rank -> last iteration
+    silent_ranks: list[int] = field(default_factory=list)  # ranks that reported no iteration
+    client: bool | None = None  # any rank used the progress client (None: no fact said)
+    node_health: list[dict[str, Any]] = field(default_factory=list)  # {"node","healthy","reason"}
+    outcome: str | None = None
+    duration_s: float | None = None
+
+    @property
+    def first_exit(self) -> ProcessExit | None:
+        firsts = [e for e in self.exits if e.first and e.rank == self.first_failing_rank]
+        return firsts[0] if firsts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["iterations"] = {str(k): v for k, v in self.iterations.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LauncherFacts:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["exits"] = [ProcessExit.from_dict(e) for e in kw.get("exits") or []]
+        kw["iterations"] = {int(k): int(v) for k, v in (kw.get("iterations") or {}).items()}
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -96,6 +174,8 @@ class CycleEvidence:
     first_teardown_line: int | None = None  # roots after this line are likely teardown noise
     primary_reason: str = ""  # why `primary` was chosen (earliest root, cascade only, ...)
     root_lines: int = 0  # root-capable lines seen (all ranks, before dedup)
+    launcher: LauncherFacts | None = None  # the launcher's `[relaunch] fact:` lines, if any
+    exits: list[ProcessExit] = field(default_factory=list)  # torch elastic's exit reports
 
 
 @dataclass(frozen=True)
@@ -113,6 +193,8 @@ class PriorCycle:
     entity: str | None = None
     checkpoint_iteration: int | None = None
     recoverability: str | None = None
+    no_iteration: bool = False  # the launcher saw no iteration at all (client in use)
+    duration_s: float | None = None  # cycle duration the launcher reported
 
     @classmethod
     def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
@@ -131,7 +213,15 @@ class PriorCycle:
             entity=primary.get("entity"),
             checkpoint_iteration=progress.get("checkpoint_iteration"),
             recoverability=primary.get("recoverability"),
+            no_iteration=bool(progress.get("no_iteration")),
+            duration_s=_num(progress.get("duration_s")),
         )
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if v == v and abs(v) < 1e12 else None
 
 
 @dataclass(frozen=True)
@@ -184,6 +274,15 @@ class NodeHealthNote:
         )
 
 
+# name -> (type, lowest, highest) of every PolicyConfig field (validated by from_mapping)
+_POLICY_LIMITS: dict[str, tuple[type, float, float]] = {
+    "same_root_no_progress_retries": (int, 1, 1000),
+    "job_no_progress_ceiling": (int, 1, 1000),
+    "workload_recurrence_stop": (int, 1, 1000),
+    "startup_window_s": (float, 0, 10_000_000),
+}
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Budgets of the verdict policy (SPEC.md 'Verdict policy')."""
@@ -191,6 +290,39 @@ class PolicyConfig:
     same_root_no_progress_retries: int = 3  # infrastructure ceiling per root
     job_no_progress_ceiling: int = 5  # consecutive failed cycles without progress, any root
     workload_recurrence_stop: int = 1  # probable workload bug: STOP on first identical recurrence
+    # a cycle without any progress report that the launcher says ran longer than this is
+    # "progress unknown" (a silent long-running job), never a startup failure
+    startup_window_s: float = 600.0
+
+    @classmethod
+    def from_mapping(cls, d: Any) -> PolicyConfig:
+        """From a mapping (YAML, JSON, flags); unknown keys or bad values are a ValueError."""
+        if d is None:
+            return cls()
+        if not isinstance(d, dict):
+            raise ValueError("policy config must be a mapping of field names to numbers")
+        unknown = sorted(str(k) for k in d if k not in _POLICY_LIMITS)
+        if unknown:
+            raise ValueError(
+                f"unknown policy config key(s): {', '.join(unknown)} "
+                f"(known: {', '.join(_POLICY_LIMITS)})"
+            )
+        out: dict[str, Any] = {}
+        for key, value in d.items():
+            typ, lo, hi = _POLICY_LIMITS[key]
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok and typ is int and not (isinstance(value, int) or float(value).is_integer()):
+                ok = False
+            if not ok or value != value or not lo <= value <= hi:
+                kind = "an integer" if typ is int else "a number"
+                raise ValueError(
+                    f"policy config {key} must be {kind} from {lo:g} to {hi:g}, got {value!r}"
+                )
+            out[key] = typ(value)
+        return cls(**out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass

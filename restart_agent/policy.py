@@ -8,34 +8,54 @@ STOP
 - `stop.user_import_error`      ImportError / ModuleNotFoundError raised from the user's own
                                 code, identical on every rank that reported a root
 - `stop.invalid_config`         argument/config validation error before any progress in the job
-- `stop.workload_recurrence`    probable workload bug, identical (fingerprint and entity) to
-                                a prior cycle with known progress and none since
-- `stop.same_root_ceiling`      same root recurred without progress `same_root_no_progress_retries` times
-- `stop.job_no_progress_ceiling` `job_no_progress_ceiling` consecutive restarts without progress
+- `stop.startup_recurrence`     workload bug (certain or probable) identical (fingerprint and
+                                entity) to an earlier cycle, both failing before their first
+                                iteration, no progress in between
+- `stop.workload_recurrence`    workload bug identical to a prior cycle, progress reported
+                                and none since
+- `stop.same_root_ceiling`      same root recurred without progress `same_root_no_progress_retries`
+                                times (iterations reported, not beyond the best)
+- `stop.job_no_progress_ceiling` `job_no_progress_ceiling` consecutive restarts without progress,
+                                whatever the roots (startup failures and hangs included)
 RESTART
 - `restart.progress`            the job advanced since the previous failures: counts reset
 - `restart.progress_unknown`    progress unknown in this cycle: counting rules never STOP on it
-- `restart.workload_first`      probable workload bug seen for the first time since progress
+- `restart.workload_first`      workload bug seen for the first time since progress
+- `restart.retryable_workload`  workload failure that may not recur (CUDA OOM, NaN loss),
+                                within the same-root and job ceilings
 - `restart.infrastructure`      infrastructure/unknown root within its budgets
 - `restart.cascade_only`        only cascades (e.g. NCCL timeouts everywhere), within budgets
 - `restart.no_evidence`         nothing matched: default bias is RESTART
-- `restart.unhealthy_node_excluded` would have been a ceiling STOP (`stop.workload_recurrence`,
-                                `stop.same_root_ceiling`, `stop.job_no_progress_ceiling`), but a
-                                node that ran this cycle failed its health check after it and
-                                is left out of the next cycle: the recurrence may have been
-                                that node, so the job restarts once more without it
+- `restart.unhealthy_node_excluded` would have been a ceiling STOP (`stop.startup_recurrence`,
+                                `stop.workload_recurrence`, `stop.same_root_ceiling`,
+                                `stop.job_no_progress_ceiling`), but a node that ran this cycle
+                                failed its health check after it and is left out of the next
+                                cycle: the recurrence may have been that node, so the job
+                                restarts once more without it
 
-Progress between cycles: a cycle has "advanced" when its last iteration (or checkpoint
-iteration) is beyond the best of every earlier cycle; "none" when progress was reported
-and is not beyond; "unknown" when no progress dialect matched. Unknown progress never
-counts toward a STOP ceiling and never resets one.
+Progress of a cycle relative to the job (`history.progress_since_prior`, the reason in
+`history.progress_basis`):
+- "advanced": its last iteration (log dialects or the launcher's `iterations` fact) or
+  checkpoint iteration is beyond the best of every earlier cycle;
+- "none": iterations reported, not beyond (`reported`); or the cycle failed before its first
+  iteration (`launcher_no_iteration`: the launcher saw the progress client and no iteration;
+  `no_progress_ever`: no progress report and no cycle of the job ever progressed;
+  `startup_window`: no report and the launcher says the cycle lasted at most
+  `startup_window_s`) - a startup failure;
+- "unknown": no progress report, and the job progressed before (`job_progressed_before`) or
+  the launcher says the cycle ran longer than `startup_window_s` (`long_silent_cycle`: a
+  silent long-running job is not a startup loop). Unknown never counts toward a STOP
+  ceiling and never resets one.
+The same-root ceiling counts only reported "none" cycles; startup failures count toward
+workload recurrence and the job ceiling.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from restart_agent.blame import pick_primary
 from restart_agent.model import (
     CycleEvidence,
     Evidence,
@@ -45,15 +65,31 @@ from restart_agent.model import (
     Progress,
     Verdict,
 )
-from restart_agent.scanner import choose_primary
 
-ADVANCED, NONE, UNKNOWN = "advanced", "none", "unknown"
+ADVANCED, NONE, STARTUP, UNKNOWN = "advanced", "none", "startup", "unknown"
+NO_PROGRESS = (NONE, STARTUP)
 MAX_EVIDENCE = 24
+WORKLOAD_RECOVERABILITY = ("probable", "user_import", "config")
 # Ceiling STOPs a failed node-health check turns into one more RESTART: a recurrence can be
 # the node's doing. Immediate STOPs (syntax errors, scheduler ends, ...) never are.
 HEALTH_OVERRIDABLE_RULES = frozenset(
-    {"stop.workload_recurrence", "stop.same_root_ceiling", "stop.job_no_progress_ceiling"}
+    {
+        "stop.startup_recurrence",
+        "stop.workload_recurrence",
+        "stop.same_root_ceiling",
+        "stop.job_no_progress_ceiling",
+    }
 )
+RANK_SOURCES = {
+    "prefix": "its line's rank prefix",
+    "message": "the rank named in the message",
+    "launcher": "the launcher's facts",
+    "elastic_root_cause": "torch elastic's Root Cause (first observed failure)",
+    "elastic_failure": "torch elastic's failure summary",
+    "elastic_exit": "torch elastic's failed-process line (local rank, single node)",
+    "kernel": "a kernel line tied to the rank by its PID",
+    "silent_rank": "the only rank that did not time out",
+}
 
 
 @dataclass(frozen=True)
@@ -64,33 +100,40 @@ class _Cycle:
     known: bool
     iteration: int | None
     ckpt_iteration: int | None
+    no_iteration: bool = False
+    duration_s: float | None = None
 
 
-def _flag(c: _Cycle, best_it: int | None, best_ck: int | None, seen_known: bool) -> str:
-    if not c.known or (c.iteration is None and c.ckpt_iteration is None):
-        return UNKNOWN
-    if not seen_known:
-        return ADVANCED
-    if c.iteration is not None and (best_it is None or c.iteration > best_it):
-        return ADVANCED
-    if c.ckpt_iteration is not None and (best_ck is None or c.ckpt_iteration > best_ck):
-        return ADVANCED
-    return NONE
-
-
-def _flags(cycles: list[_Cycle]) -> list[str]:
-    out = []
+def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
+    """(flag, basis) of every cycle relative to the cycles before it."""
+    out: list[tuple[str, str]] = []
     best_it: int | None = None
     best_ck: int | None = None
-    seen = False
+    seen = False  # some earlier cycle reported iterations
+    maybe = False  # ... or ran long without saying (may have progressed)
     for c in cycles:
-        out.append(_flag(c, best_it, best_ck, seen))
-        if c.known and (c.iteration is not None or c.ckpt_iteration is not None):
-            seen = True
+        measured = c.known and (c.iteration is not None or c.ckpt_iteration is not None)
+        if measured:
+            beyond = (c.iteration is not None and (best_it is None or c.iteration > best_it)) or (
+                c.ckpt_iteration is not None and (best_ck is None or c.ckpt_iteration > best_ck)
+            )
+            out.append((ADVANCED if not seen or beyond else NONE, "reported"))
+            seen = maybe = True
             if c.iteration is not None:
                 best_it = c.iteration if best_it is None else max(best_it, c.iteration)
             if c.ckpt_iteration is not None:
                 best_ck = c.ckpt_iteration if best_ck is None else max(best_ck, c.ckpt_iteration)
+        elif c.no_iteration:
+            out.append((STARTUP, "launcher_no_iteration"))
+        elif c.duration_s is not None and c.duration_s > window_s:
+            out.append((UNKNOWN, "long_silent_cycle"))
+            maybe = True
+        elif not maybe:
+            out.append((STARTUP, "no_progress_ever"))
+        elif c.duration_s is not None:
+            out.append((STARTUP, "startup_window"))
+        else:
+            out.append((UNKNOWN, "job_progressed_before"))
     return out
 
 
@@ -118,22 +161,17 @@ def _counts(cycles: list[_Cycle], flags: list[str]) -> dict[str, int]:
         i for i in window if _same(cycles[i], cur) and (i == window[0] or flags[i] != UNKNOWN)
     ]
     same_retries = sum(1 for i in same_run[1:] if flags[i] == NONE)
-    job_retries = sum(1 for i in window[1:] if flags[i] == NONE)
+    identical_retries = sum(1 for i in same_run[1:] if flags[i] in NO_PROGRESS)
+    job_retries = sum(1 for i in window[1:] if flags[i] in NO_PROGRESS)
+    stuck = flags[-1] in NO_PROGRESS
     return {
         "same_root_prior_cycles": len(same_prior),
         "identical_prior_cycles": len(identical_prior),
         "same_root_retries_without_progress": same_retries if flags[-1] == NONE else 0,
-        "consecutive_no_progress": job_retries if flags[-1] == NONE else 0,
+        "identical_retries_without_progress": identical_retries if stuck else 0,
+        "consecutive_no_progress": job_retries if stuck else 0,
         "window_start_cycle": cycles[anchor].cycle,
     }
-
-
-def _primary(evidence: CycleEvidence, fr: Sequence[int] | None) -> tuple[Evidence | None, str]:
-    if not fr:
-        return evidence.primary, evidence.primary_reason
-    return choose_primary(
-        evidence.roots, evidence.cascade_evidence, evidence.first_teardown_line, set(fr)
-    )
 
 
 def _user_import_everywhere(primary: Evidence, evidence: CycleEvidence) -> bool:
@@ -141,6 +179,40 @@ def _user_import_everywhere(primary: Evidence, evidence: CycleEvidence) -> bool:
         return False
     roots = [e for e in evidence.roots if e.line >= 0]
     return all(e.fingerprint == primary.fingerprint for e in roots)
+
+
+def effective_progress(evidence: CycleEvidence) -> Progress:
+    """The cycle's progress with the launcher's facts folded in (iterations, duration)."""
+    prog = evidence.progress
+    facts = evidence.launcher
+    if facts is None:
+        return replace(prog, source="dialect") if prog.known else prog
+    source = "dialect" if prog.known else None
+    last, first = prog.last_iteration, prog.first_iteration
+    known = prog.known
+    if facts.iterations:
+        top = max(facts.iterations.values())
+        low = min(facts.iterations.values())
+        if last is None or top > last:
+            last, source, known = top, "launcher", True
+        first = low if first is None else min(first, low)
+    no_iteration = bool(facts.client) and not facts.iterations and last is None
+    return replace(
+        prog,
+        known=known,
+        last_iteration=last,
+        first_iteration=first,
+        source=source,
+        no_iteration=no_iteration,
+        duration_s=facts.duration_s,
+    )
+
+
+def _blame_sentence(primary: Evidence | None) -> str:
+    if primary is None or primary.rank is None:
+        return ""
+    how = RANK_SOURCES.get(primary.rank_source or "", primary.rank_source or "the log")
+    return f" Blamed rank {primary.rank} (from {how})."
 
 
 def decide(
@@ -156,8 +228,8 @@ def decide(
     check at the end of this cycle; they are recorded in the verdict, and an unhealthy node
     that ran this cycle turns a ceiling STOP into `restart.unhealthy_node_excluded`.
     """
-    primary, reason = _primary(evidence, fr_culprit_ranks)
-    prog = evidence.progress
+    primary, reason = pick_primary(evidence, fr_culprit_ranks)
+    prog = effective_progress(evidence)
     prior = sorted(history, key=lambda p: p.cycle)
     cur_cycle = (prior[-1].cycle + 1) if prior else 0
     cycles = [
@@ -168,6 +240,8 @@ def decide(
             p.progress_known,
             p.last_iteration,
             p.checkpoint_iteration,
+            p.no_iteration,
+            p.duration_s,
         )
         for p in prior
     ]
@@ -179,12 +253,17 @@ def decide(
             prog.known,
             prog.last_iteration,
             prog.checkpoint_iteration,
+            prog.no_iteration,
+            prog.duration_s,
         )
     )
-    flags = _flags(cycles)
+    flagged = _flags(cycles, config.startup_window_s)
+    flags = [f for f, _ in flagged]
     counts = _counts(cycles, flags)
-    flag = flags[-1]
-    ever_progress = any(c.known and (c.iteration or c.ckpt_iteration) for c in cycles)
+    flag, progress_basis = flagged[-1]
+    ever_progress = any(
+        c.known and (c.iteration is not None or c.ckpt_iteration is not None) for c in cycles
+    )
     budgets = {
         "same_root_no_progress_retries": config.same_root_no_progress_retries,
         "same_root_retries_left": max(
@@ -195,11 +274,18 @@ def decide(
             0, config.job_no_progress_ceiling - counts["consecutive_no_progress"]
         ),
         "workload_recurrence_stop": config.workload_recurrence_stop,
+        "workload_recurrences_left": max(
+            0, config.workload_recurrence_stop - counts["identical_retries_without_progress"]
+        ),
+        "startup_window_s": config.startup_window_s,
     }
     history_out = {
         **counts,
         "prior_cycles": len(prior),
-        "progress_since_prior": flag,
+        "progress_since_prior": NONE if flag == STARTUP else flag,
+        "progress_basis": progress_basis,
+        "failed_before_first_iteration": flag == STARTUP,
+        "job_ever_progressed": ever_progress,
         "best_prior_iteration": max(
             (c.iteration for c in cycles[:-1] if c.known and c.iteration is not None), default=None
         ),
@@ -208,6 +294,7 @@ def decide(
     domain = primary.domain if primary else None
     role = primary.role if primary else None
     cls = primary.failure_class if primary else None
+    blamed = _blame_sentence(primary)
 
     notes = list(node_health)
     unhealthy = [n for n in notes if not n.healthy]
@@ -232,11 +319,12 @@ def decide(
             reason,
             decision,
             rule,
-            basis,
+            basis + blamed,
             history_out,
             budgets,
             fr_culprit_ranks,
             notes,
+            prog,
         )
 
     # ----------------------------------------------------------------- immediate STOPs
@@ -273,24 +361,37 @@ def decide(
             "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
         )
     if flag == UNKNOWN and prior:
+        why = (
+            f"the launcher says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
+            if progress_basis == "long_silent_cycle"
+            else "the job progressed before and this cycle's log has no progress report"
+        )
         return verdict(
             "RESTART",
             "restart.progress_unknown",
-            "No progress report was recognised in this cycle; unknown progress never counts toward a STOP.",
+            f"Progress unknown: {why}; unknown progress never counts toward a STOP.",
         )
-    # ----------------------------------------------------------------- ceilings (flag == none or first cycle)
-    probable = rec in ("probable", "user_import", "config")
-    if primary is not None and role == "root" and probable and domain == "workload":
+    # ----------------------------------------------------------------- ceilings (no progress, or first cycle)
+    workload = (
+        primary is not None
+        and role == "root"
+        and domain == "workload"
+        and rec in WORKLOAD_RECOVERABILITY
+    )
+    retries = counts["identical_retries_without_progress"]
+    if workload and flag in NO_PROGRESS and retries >= config.workload_recurrence_stop:
         identical = counts["identical_prior_cycles"]
-        if (
-            flag == NONE
-            and counts["same_root_retries_without_progress"] >= config.workload_recurrence_stop
-        ):
+        if flag == STARTUP:
             return verdict(
                 "STOP",
-                "stop.workload_recurrence",
-                f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
+                "stop.startup_recurrence",
+                f"Workload bug {cls} recurred identically before the first iteration ({identical} prior identical cycle(s) without progress, stop after {config.workload_recurrence_stop}; progress: {progress_basis}).",
             )
+        return verdict(
+            "STOP",
+            "stop.workload_recurrence",
+            f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
+        )
     if (
         primary is not None
         and flag == NONE
@@ -301,35 +402,47 @@ def decide(
             "stop.same_root_ceiling",
             f"{cls} recurred {counts['same_root_retries_without_progress']} time(s) after restarts without progress (ceiling {config.same_root_no_progress_retries}).",
         )
-    if flag == NONE and counts["consecutive_no_progress"] >= config.job_no_progress_ceiling:
+    if flag in NO_PROGRESS and counts["consecutive_no_progress"] >= config.job_no_progress_ceiling:
+        start = " (startup failures included)" if flag == STARTUP else ""
         return verdict(
             "STOP",
             "stop.job_no_progress_ceiling",
-            f"{counts['consecutive_no_progress']} consecutive restarts without progress, whatever the cause (ceiling {config.job_no_progress_ceiling}).",
+            f"{counts['consecutive_no_progress']} consecutive restarts without progress{start}, whatever the cause (ceiling {config.job_no_progress_ceiling}).",
         )
     # ----------------------------------------------------------------- RESTART
+    left = f" {budgets['job_retries_left']} restart(s) without progress left in the job."
     if primary is None:
         return verdict(
             "RESTART",
             "restart.no_evidence",
-            "No failure signature matched; the default is to restart.",
+            "No failure signature matched; the default is to restart." + left,
         )
     if role != "root":
-        return verdict(
-            "RESTART",
-            "restart.cascade_only",
-            f"Only cascades ({cls}) were found, the initiating failure is not in the log; restart within the budgets.",
-        )
-    if probable and domain == "workload":
+        if primary.rank_source == "silent_rank":
+            basis = (
+                f"Every rank but rank {primary.rank} reported {cls}: the silent rank is the "
+                "suspect, its own failure is not in the log; restart within the budgets."
+            )
+        else:
+            basis = f"Only cascades ({cls}) were found, the initiating failure is not in the log; restart within the budgets."
+        return verdict("RESTART", "restart.cascade_only", basis + left)
+    if workload:
+        kind = "Probable workload bug" if rec == "probable" else "Workload bug"
         return verdict(
             "RESTART",
             "restart.workload_first",
-            f"Probable workload bug {cls}; restart once to see whether it recurs without progress.",
+            f"{kind} {cls}; restart once to see whether it recurs without progress ({budgets['workload_recurrences_left']} identical recurrence(s) without progress left).",
+        )
+    if domain == "workload" and rec == "retry":
+        return verdict(
+            "RESTART",
+            "restart.retryable_workload",
+            f"{cls} may not recur on a restart (retryable within the budgets); {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
         )
     return verdict(
         "RESTART",
         "restart.infrastructure",
-        f"{cls} ({domain}) can heal on restart; {budgets['same_root_retries_left']} same-root retries left.",
+        f"{cls} ({domain}) can heal on restart; {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
     )
 
 
@@ -349,6 +462,7 @@ def _build(
     budgets: dict[str, object],
     fr: Sequence[int] | None,
     node_health: list[NodeHealthNote],
+    progress: Progress,
 ) -> Verdict:
     lines: list[Evidence] = []
     if primary is not None:
@@ -373,14 +487,33 @@ def _build(
         "primary_rank": primary.rank if primary else None,
         "nodes": list(evidence.nodes),
         "primary_reason": reason,
+        "rank_source": primary.rank_source if primary else None,
     }
+    facts = evidence.launcher
+    if facts is not None:
+        fan_out["launcher"] = {
+            "facts": facts.facts,
+            "first_failing_rank": facts.first_failing_rank,
+            "exits": [
+                {"rank": e.rank, "exitcode": e.exitcode, "signal": e.signal, "first": e.first}
+                for e in facts.exits[:64]
+            ],
+            "hangs": [
+                {k: h.get(k) for k in ("rank", "section", "initial")} for h in facts.hangs[:16]
+            ],
+            "iterations_max": max(facts.iterations.values(), default=None),
+            "silent_ranks": facts.silent_ranks[:64],
+            "client": facts.client,
+            "duration_s": facts.duration_s,
+            "node_health": facts.node_health[:64],
+        }
     return Verdict(
         decision=decision,  # type: ignore[arg-type]
         basis=basis,
         rule=rule,
         primary=primary,
         cascades=list(evidence.cascades),
-        progress=evidence.progress,
+        progress=progress,
         history=dict(history),
         budgets=dict(budgets),
         evidence=lines,

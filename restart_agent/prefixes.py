@@ -7,6 +7,11 @@ Understood (at the start of a line):
 - `[rank 3]:`         relaunch's own launcher (`launcher.cycle_log`)
 - `[1,3]<stderr>:`    Open MPI `--tag-output` (`<stdout>` too)
 - `3: `               Slurm `srun --label` (optionally space-padded)
+- stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
+  and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
+
+Rank numbers are bounded: more than 8 digits (e.g. a 2^64 `N: ` label) is no prefix at all,
+never an exception.
 
 Lines of the launcher itself start with `[relaunch]` or `[launcher]` (after an optional
 timestamp-free rank-less position); they carry no rank unless they say `rank=N`/`rank N`.
@@ -19,19 +24,21 @@ import re
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
-    r"^(?:\[(?:rank ?|default)(?P<r1>\d+)\]:|\[\d+,(?P<r2>\d+)\]<std(?:out|err)>:|[ ]*(?P<r3>\d+): )"
+    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): )"
 )
+_STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
-_LAUNCHER_RANK = re.compile(r"\brank[= ](\d+)\b")
+_LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
+MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
 # (head, tail, full regex) with the rank digits between head and tail.
 RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
-    (head, tail, re.compile(head + rb"(\d+)" + tail))
+    (head, tail, re.compile(head + rb"(\d{1,8})" + tail))
     for head, tail in (
         (rb"\n\[rank ?", rb"\]:"),
         (rb"\n\[default", rb"\]:"),
-        (rb"\n\[\d+,", rb"\]<std(?:out|err)>:"),
+        (rb"\n\[\d{1,8},", rb"\]<std(?:out|err)>:"),
         (rb"\n *", rb": "),
     )
 )
@@ -44,17 +51,46 @@ class Split:
     launcher: bool
 
 
-def split_prefix(line: str) -> Split:
-    """Split one decoded line into (rank, body without prefix, is-launcher-line)."""
+def _one(line: str) -> tuple[int, str, bool] | None:
+    """(rank, rest, is a `[rank N]` form) of one rank prefix at the start of `line`."""
     m = _PREFIX.match(line)
-    if m:
-        rank = int(m.group("r1") or m.group("r2") or m.group("r3"))
-        body = line[m.end() :]
-        if body.startswith(" "):
-            body = body[1:]
+    if m is None:
+        return None
+    rank = int(m.group("r1") or m.group("r2") or m.group("r3"))
+    body = line[m.end() :]
+    if body.startswith(" "):
+        body = body[1:]
+    return rank, body, line.startswith("[rank")
+
+
+def split_prefix(line: str) -> Split:
+    """Split one decoded line into (rank, body without prefix, is-launcher-line).
+
+    A glued stream tag (`[stderr]`, `[stdout]`) is dropped first. Stacked prefixes
+    (`15: [rank15]:`, `[default0]:[rank12]:`) are both removed; torch's own `[rank N]`
+    (the global rank) wins over an outer label (srun task, torchrun local rank).
+    """
+    stream = _STREAM.match(line)
+    if stream:
+        line = line[stream.end() :]
+    outer = _one(line)
+    if outer is not None:
+        rank, body, _ = outer
+        inner = _one(body)
+        if inner is not None:
+            body = inner[1]
+            if inner[2]:
+                rank = inner[0]
         lm = _LAUNCHER.match(body)
         return Split(rank, body, bool(lm))
     if _LAUNCHER.match(line):
         rm = _LAUNCHER_RANK.search(line)
         return Split(int(rm.group(1)) if rm else None, line.lstrip(), True)
     return Split(None, line, False)
+
+
+def bounded_int(text: str | None, digits: int = MAX_RANK_DIGITS) -> int | None:
+    """`int(text)` for a decimal of at most `digits` digits, else None (never raises)."""
+    if not text or len(text) > digits or not text.isdigit() or not text.isascii():
+        return None
+    return int(text)

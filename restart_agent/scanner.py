@@ -232,6 +232,7 @@ class LogScanner:
             first_teardown_line=it.first_teardown_line,
             primary_reason=reason,
             root_lines=it.root_count,
+            **it.extras(),
         )
 
 

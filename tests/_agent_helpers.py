@@ -49,3 +49,34 @@ def random_chunkings(seed: int, count: int, largest: int) -> list[list[int]]:
     while len(out) < count:
         out.append([rnd.randint(1, largest) for _ in range(rnd.randint(1, 9))])
     return out
+
+
+def run_job(logs: list[str], config: object | None = None) -> list[object]:
+    """Decide every cycle of a job in turn, each with the stored verdicts before it.
+
+    The history goes through `Verdict.to_dict()` -> JSON -> `PriorCycle.from_verdict`, the
+    way the service stores and reads it back.
+    """
+    import json
+
+    from restart_agent import PolicyConfig, PriorCycle, decide
+
+    cfg = config or PolicyConfig()
+    history: list[PriorCycle] = []
+    verdicts = []
+    for i, text in enumerate(logs):
+        v = decide(scan_text(text), history, cfg)  # type: ignore[arg-type]
+        verdicts.append(v)
+        history.append(PriorCycle.from_verdict(i, json.loads(json.dumps(v.to_dict()))))
+    return verdicts
+
+
+def fact(kind: str, cycle: int = 0, **fields: object) -> str:
+    """One launcher fact line, as the contract in docs/restart_agent.md spells it."""
+    import json
+
+    return (
+        "[relaunch] fact: "
+        + json.dumps({"fact": kind, "cycle": cycle, **fields}, separators=(",", ":"))
+        + "\n"
+    )

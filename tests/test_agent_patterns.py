@@ -128,8 +128,10 @@ def test_specific_rows_win_over_generic_ones() -> None:
     assert ev.primary.failure_class == "cuda_illegal_memory_access"
     ev = scan_text("ValueError: Invalid configuration: global batch size 7 is not divisible\n")
     assert ev.primary.failure_class == "invalid_config"
+    # an exception no row names is a probable workload bug (issue 18), never "can heal"
     ev = scan_text("RuntimeError: something else went wrong\n")
-    assert (ev.primary.failure_class, ev.primary.domain) == ("python_exception", "unknown")
+    assert (ev.primary.failure_class, ev.primary.domain) == ("python_exception", "workload")
+    assert ev.primary.recoverability == "probable"
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

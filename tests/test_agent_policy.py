@@ -9,7 +9,8 @@ from tests._agent_helpers import scan_text
 
 CUDA = "[rank3]: RuntimeError: CUDA error: unspecified launch failure\n"  # infrastructure
 KEYERR = "[rank3]: KeyError: 'input_ids'\n"  # probable workload bug
-UNKNOWN = "[rank3]: RuntimeError: something odd\n"  # unknown domain
+UNKNOWN = "[rank3]: RuntimeError: something odd\n"  # no row names it: probable workload
+NETIB = "[rank3]: node3:1:2 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<40527> with error 12\n"
 
 
 def log(failure: str, last_it: int | None, first_it: int = 1) -> str:
@@ -76,11 +77,14 @@ def test_progress_between_cycles_resets_the_counts() -> None:
 
 
 def test_unknown_progress_never_stops_on_counts() -> None:
-    hist = [prior(i, CUDA, None) for i in range(10)]
+    # "unknown" only once the job progressed before (a cycle that never reported progress
+    # in a job that never progressed is a startup failure: tests/test_agent_startup.py)
+    hist = [prior(0, CUDA, 50)] + [prior(i, CUDA, None) for i in range(1, 10)]
     v = verdict(CUDA, None, hist)
     assert (v.decision, v.rule) == ("RESTART", "restart.progress_unknown")
     assert v.history["progress_since_prior"] == "unknown"
-    hist = [prior(i, KEYERR, None) for i in range(4)]
+    assert v.history["progress_basis"] == "job_progressed_before"
+    hist = [prior(0, KEYERR, 50)] + [prior(i, KEYERR, None) for i in range(1, 4)]
     v = verdict(KEYERR, None, hist)
     assert (v.decision, v.rule) == ("RESTART", "restart.progress_unknown")
 
@@ -112,7 +116,9 @@ def test_different_workload_bug_is_not_a_recurrence() -> None:
 
 
 def test_job_ceiling_counts_alternating_roots() -> None:
-    roots = [CUDA, UNKNOWN]
+    # two infrastructure roots (a generic RuntimeError would be a probable workload bug and
+    # stop on its own first recurrence)
+    roots = [CUDA, NETIB]
     hist = [prior(i, roots[i % 2], 50) for i in range(5)]
     v = verdict(roots[5 % 2], 50, hist)
     assert (v.decision, v.rule) == ("STOP", "stop.job_no_progress_ceiling")

@@ -1,0 +1,266 @@
+"""The primary failure and the rank it is blamed on, from every source a cycle offers.
+
+Sources, in the order they are trusted (`Evidence.rank_source` says which one named the
+rank):
+
+1. a Flight Recorder culprit rank (`decide(..., fr_culprit_ranks=...)`),
+2. the log's own root lines (earliest root before teardown; `prefix` / `message` rank),
+   except that an infrastructure root of the classes in `taxonomy.yaml`
+   (`infrastructure_wins`) wins over a workload root that is only *probable* (or a
+   retryable one: CUDA OOM, NaN), and a bare
+   Slurm `CANCELLED` line yields to one that gives the reason (preemption, node failure),
+3. the launcher's facts (`launcher`): a declared hang, else the first failing rank; a rank
+   that died by a signal without a root line of its own is the primary even when other
+   ranks logged errors after it,
+4. torch elastic's `Root Cause (first observed failure)` entry (`elastic_root_cause`) or
+   its `failed (exitcode: C) local_rank: L (pid: P)` line (`elastic_exit`; the local rank
+   is the global one only on a single node),
+5. for a root line without a rank: a kernel line's PID (Xid, OOM killer) that an elastic
+   exit report ties to a rank (`kernel`), else a line of the same failure class that names
+   a rank, else the single failed process torch elastic reported,
+6. a collective-timeout cascade in which every rank but one timed out: the silent rank is
+   the suspect (`silent_rank`),
+7. else the earliest cascade, as the scanner chose it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from restart_agent.fingerprint import fingerprint
+from restart_agent.model import CycleEvidence, Evidence, ProcessExit
+from restart_agent.prefixes import bounded_int
+from restart_agent.scanner import choose_primary
+from restart_agent.taxonomy import taxonomy
+
+_PID = re.compile(r"(?:Killed process|pid[=: ]+|PID )\s*(\d{1,10})\b")
+TIMEOUT_CLASSES = ("nccl_watchdog_timeout",)
+REASONED_ENDS = ("preemption", "node_failure", "time_limit")
+SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
+
+
+def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:
+    t = evidence.first_teardown_line
+    return t is None or e.line < t
+
+
+def _single_node(evidence: CycleEvidence) -> bool:
+    return len(evidence.nodes) <= 1 and len(evidence.ranks_seen) <= SINGLE_NODE_RANKS
+
+
+def _from_exit(e: ProcessExit, rank: int | None, why: str) -> Evidence:
+    """A root built from a process exit nobody logged a reason for."""
+    cls = taxonomy().exit_class(e.signal)
+    how = f"signal {e.signal} (exit code {e.exitcode})" if e.signal else f"exit code {e.exitcode}"
+    text = f"rank {rank} exited by {how} without an error of its own in the log ({why})"
+    return Evidence(
+        line=e.line,
+        rank=rank,
+        pattern_id=f"{e.source}.exit",
+        failure_class=cls,
+        domain="unknown",
+        role="root",
+        recoverability="unknown",
+        text=text,
+        fingerprint=fingerprint(cls, f"process exit {e.signal or e.exitcode}"),
+        node=e.node,
+        rank_source=e.source if e.source != "elastic_failure" else "elastic_root_cause",
+    )
+
+
+def _hang(h: dict[str, object]) -> Evidence:
+    section = h.get("section") or None
+    initial = bool(h.get("initial"))
+    where = f" in section {section}" if section else ""
+    start = " before its first heartbeat" if initial else ""
+    msg = f"hang declared by the launcher heartbeat{start}{where}"
+    return Evidence(
+        line=int(h.get("line") or 0),  # type: ignore[call-overload]
+        rank=int(h["rank"]),  # type: ignore[call-overload]
+        pattern_id="launcher.fact.hang",
+        failure_class="hang_detected",
+        domain="infrastructure",
+        role="root",
+        recoverability="retry",
+        text=f"rank {h['rank']}: {msg} (silent {h.get('silent_s')} s)",
+        fingerprint=fingerprint("hang_detected", msg),
+        entity=str(section) if section else None,
+        rank_source="launcher",
+    )
+
+
+def _with_rank(e: Evidence, rank: int, source: str) -> Evidence:
+    return replace(e, rank=rank, rank_source=source)
+
+
+def _first_root_on(evidence: CycleEvidence, rank: int) -> Evidence | None:
+    on = [e for e in evidence.roots if e.rank == rank]
+    before = [e for e in on if _before_teardown(e, evidence)]
+    return (before or on or [None])[0]
+
+
+def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
+    if primary.domain != "workload" or primary.recoverability not in ("probable", "retry"):
+        return None
+    wins = taxonomy().infrastructure_wins
+    for e in evidence.roots:
+        ok = e.domain == "infrastructure" and e.failure_class in wins
+        if ok and _before_teardown(e, evidence):
+            return e
+    return None
+
+
+def _reasoned_end(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
+    """A bare 'CANCELLED' line yields to a Slurm line of the same cycle that gives the reason."""
+    if primary.failure_class != "user_cancellation":
+        return None
+    for e in evidence.roots:
+        if e.failure_class in REASONED_ENDS and e is not primary:
+            return e
+    return None
+
+
+def _rank_from_peers(e: Evidence, evidence: CycleEvidence) -> tuple[int, str] | None:
+    """A rank for a rankless root: a line of the same failure class that has one, or the
+    single failed process torch elastic reported."""
+    for x in list(evidence.roots) + list(evidence.cascade_evidence):
+        if x.failure_class == e.failure_class and x.rank is not None:
+            return x.rank, x.rank_source or "message"
+    failed = {
+        (x.rank, x.source) if x.rank is not None else (x.local_rank, "elastic_exit")
+        for x in evidence.exits
+        if x.exitcode and x.source in ("elastic_root_cause", "elastic_exit")
+    }
+    ranks = {r for r, _ in failed if r is not None}
+    if len(ranks) == 1:
+        rank = ranks.pop()
+        sources = sorted(src for r, src in failed if r == rank)
+        if sources[0] != "elastic_exit" or _single_node(evidence):
+            return rank, sources[0]
+    return None
+
+
+def _rank_by_pid(e: Evidence, evidence: CycleEvidence) -> int | None:
+    m = _PID.search(e.text)
+    pid = bounded_int(m.group(1), 10) if m else None
+    if pid is None:
+        return None
+    for x in evidence.exits:
+        if x.pid == pid:
+            if x.rank is not None:
+                return x.rank
+            if x.local_rank is not None and _single_node(evidence):
+                return x.local_rank
+    return None
+
+
+def _silent_rank(primary: Evidence, evidence: CycleEvidence) -> int | None:
+    """The one rank of the world that did not time out, when all the others did."""
+    if primary.failure_class not in TIMEOUT_CLASSES:
+        return None
+    group = next((g for g in evidence.cascades if g.failure_class == primary.failure_class), None)
+    if group is None or not group.ranks:
+        return None
+    facts = evidence.launcher
+    if facts is not None and facts.world_size:
+        world = set(range(facts.world_size))
+    else:
+        world = set(evidence.ranks_seen)
+    silent = world - set(group.ranks)
+    if len(world) >= 2 and len(silent) == 1 and set(group.ranks) <= world:
+        return silent.pop()
+    return None
+
+
+def pick_primary(
+    evidence: CycleEvidence, fr_culprit_ranks: Sequence[int] | None = None
+) -> tuple[Evidence | None, str]:
+    """(primary evidence, why it was chosen), with its rank and `rank_source` filled in."""
+    if fr_culprit_ranks:
+        primary, reason = choose_primary(
+            evidence.roots,
+            evidence.cascade_evidence,
+            evidence.first_teardown_line,
+            set(fr_culprit_ranks),
+        )
+        if primary is not None and primary.rank in set(fr_culprit_ranks):
+            return primary, reason
+    else:
+        primary, reason = evidence.primary, evidence.primary_reason
+    is_root = primary is not None and primary.role == "root"
+    if primary is not None and is_root:
+        winner = _infra_winner(primary, evidence)
+        if winner is not None:
+            primary = winner
+            reason = "infrastructure root in the same cycle wins over a probable workload bug"
+        ended = _reasoned_end(primary, evidence)
+        if ended is not None:
+            primary = ended
+            reason = "the scheduler's line that gives the reason the job was cancelled"
+    facts = evidence.launcher
+    # ------------------------------------------------------------ the launcher's facts
+    if facts is not None:
+        if not is_root and facts.hangs:
+            return _hang(facts.hangs[0]), "hang declared by the launcher (no root in the log)"
+        first = facts.first_exit
+        if first is not None and first.rank is not None:
+            f = first.rank
+            if primary is not None and is_root and primary.rank == f:
+                return primary, reason + "; the launcher saw this rank fail first"
+            on_f = _first_root_on(evidence, f)
+            if on_f is not None:
+                return on_f, "earliest root on the rank the launcher saw fail first"
+            if primary is not None and is_root and primary.rank is None:
+                return _with_rank(primary, f, "launcher"), reason + "; rank from the launcher"
+            if not is_root or first.signal is not None:
+                return _from_exit(first, f, "the launcher saw it fail first"), (
+                    "the launcher saw this rank fail first and the log has no error of its own"
+                )
+    # ------------------------------------------------------------ the log and torch elastic
+    if primary is not None and is_root:
+        if primary.rank is None:
+            same_line = [x for x in evidence.exits if x.line == primary.line]
+            for x in same_line:
+                if x.rank is not None:
+                    return _with_rank(primary, x.rank, x.source), reason
+                if x.local_rank is not None and _single_node(evidence):
+                    return _with_rank(primary, x.local_rank, "elastic_exit"), reason
+            rank = _rank_by_pid(primary, evidence)
+            if rank is not None:
+                return _with_rank(primary, rank, "kernel"), reason + "; rank tied by its PID"
+            peer = _rank_from_peers(primary, evidence)
+            if peer is not None:
+                return _with_rank(primary, *peer), reason
+        return primary, reason
+    root_cause = [x for x in evidence.exits if x.source == "elastic_root_cause" and x.exitcode]
+    if root_cause:
+        x = root_cause[0]
+        on = _first_root_on(evidence, x.rank) if x.rank is not None else None
+        if on is not None:
+            return on, "earliest root on torch elastic's first observed failure"
+        return _from_exit(x, x.rank, "torch elastic's first observed failure"), (
+            "torch elastic's Root Cause (first observed failure) names the rank"
+        )
+    agent = [x for x in evidence.exits if x.source == "elastic_exit" and x.exitcode]
+    if agent and _single_node(evidence) and agent[0].local_rank is not None:
+        x = agent[0]
+        return _from_exit(x, x.local_rank, "torch elastic's agent saw it fail"), (
+            "torch elastic's agent reported this local rank failed (single node)"
+        )
+    if primary is not None and primary.role == "cascade":
+        silent = _silent_rank(primary, evidence)
+        if silent is not None:
+            return (
+                replace(
+                    primary,
+                    rank=silent,
+                    rank_source="silent_rank",
+                    text=f"rank {silent} is the only rank that did not report: {primary.text}"[
+                        :500
+                    ],
+                ),
+                "every rank but one timed out in a collective: the silent rank is the suspect",
+            )
+    return primary, reason

@@ -1,0 +1,63 @@
+"""Loads `taxonomy.yaml`: signal -> failure class, infrastructure classes that win, and the
+frames that make a generic exception an invalid argument/config.
+
+Read once and validated (a malformed table is a `RegistryError` naming the file).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from restart_agent.registry import RegistryError, _load_yaml
+
+TAXONOMY_FILE = Path(__file__).resolve().parent / "taxonomy.yaml"
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    signals: dict[str, str]
+    exit_code: str
+    infrastructure_wins: frozenset[str]
+    config_rows: frozenset[str] = frozenset()
+    config_functions: re.Pattern[str] | None = None
+
+    def validates_config(self, row_id: str, functions: list[str]) -> bool:
+        """A generic exception row raised inside argument/config validation."""
+        rx = self.config_functions
+        return rx is not None and row_id in self.config_rows and any(rx.match(f) for f in functions)
+
+    def exit_class(self, signal: str | None) -> str:
+        """Failure class of a process exit: by its signal, else the exit-code class."""
+        if signal:
+            return self.signals.get(signal, "killed_by_signal")
+        return self.exit_code
+
+
+@functools.lru_cache(maxsize=1)
+def taxonomy() -> Taxonomy:
+    data = _load_yaml(TAXONOMY_FILE)
+    signals = data.get("signals")
+    wins = data.get("infrastructure_wins")
+    exit_code = data.get("exit_code")
+    if not isinstance(signals, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in signals.items()
+    ):
+        raise RegistryError(f"{TAXONOMY_FILE}: signals must map signal names to classes")
+    if not isinstance(wins, list) or not all(isinstance(c, str) for c in wins):
+        raise RegistryError(f"{TAXONOMY_FILE}: infrastructure_wins must be a list of classes")
+    if not isinstance(exit_code, str) or not exit_code:
+        raise RegistryError(f"{TAXONOMY_FILE}: exit_code must be a class name")
+    cv = data.get("config_validation") or {}
+    rows, fns = cv.get("rows") or [], cv.get("functions") or ""
+    if not isinstance(rows, list) or not isinstance(fns, str):
+        raise RegistryError(
+            f"{TAXONOMY_FILE}: config_validation needs rows (list), functions (regex)"
+        )
+    try:
+        rx = re.compile(fns) if fns else None
+    except re.error as exc:
+        raise RegistryError(f"{TAXONOMY_FILE}: config_validation.functions: {exc}") from exc
+    return Taxonomy(dict(signals), exit_code, frozenset(wins), frozenset(map(str, rows)), rx)
