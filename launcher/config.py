@@ -2,15 +2,22 @@
 
 Precedence: built-in default < `--ft-cfg-path` YAML < command line. An option given on
 the command line wins; an option omitted there keeps the YAML value. YAML keys are the
-option names with `_` or `-` (`ft_heartbeat_timeout`, `max-restarts`), optionally
-nested under `fault_tolerance:`; NVRx spellings are accepted through the alias table
-`launcher/config_aliases.yaml`. Unknown keys and bad values are a one-line error.
+option names with `_` or `-` (`ft_heartbeat_timeout`, `max-restarts`, `rdzv_impl`),
+optionally under `fault_tolerance:`; NVRx spellings are accepted through the alias table
+`launcher/config_aliases.yaml`. Bad values are a one-line error; unknown keys and NVRx
+keys relaunch has no use for are a one-line warning each (`RunSettings.warnings`).
+Also derived here from the settings: the worker command (torchrun's `-m`, `--no-python`,
+`--run-path`), the console spec (`--tee`, `--redirects`, `--local-ranks-filter`) and the
+verdict policy (`--ft-max-no-progress-restarts`, ...; `attribution.policy_config`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import shutil
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -20,8 +27,12 @@ from typing import Any
 
 import yaml
 
+from attribution.policy_config import MAX_VALUE, POLICY_OPTIONS, bounded_int, build_policy
+
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
+START_METHODS = ("spawn", "fork", "forkserver")
+STATIC_MASTER_PORT = 29500  # torchrun's default port of the static rendezvous
 
 
 class ConfigError(ValueError):
@@ -90,6 +101,62 @@ def _section_timeouts(text: str) -> dict[str, float]:
     return out
 
 
+def _std_spec(text: str) -> str:
+    from launcher.console import parse_std
+
+    parse_std(text)
+    return str(text).strip()
+
+
+def _ranks_filter(text: str) -> str:
+    from launcher.console import parse_ranks_filter
+
+    return ",".join(map(str, sorted(parse_ranks_filter(text))))
+
+
+def _template(text: str) -> str:
+    from launcher.console import check_template
+
+    return check_template(str(text))
+
+
+def _port(text: str) -> int | None:
+    if str(text).strip().lower() in ("", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("must be a port 0-65535") from None
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a port 0-65535")
+    return value
+
+
+def _rdzv_impl(text: str) -> str:
+    value = str(text).strip()
+    if value == "legacy":
+        raise ValueError(
+            "the legacy rendezvous implementation was removed; barrier is the only implementation"
+        )
+    if value != "barrier":
+        raise ValueError("must be barrier (the only implementation)")
+    return value
+
+
+def _restart_policy(text: str) -> str:
+    value = str(text).strip()
+    if value != "any-failed":
+        raise ValueError("only any-failed is supported (restart when any worker group fails)")
+    return value
+
+
+def _nvrx_no_progress_cycles(text: str) -> int:
+    """NVRx's `max_no_progress_cycles`: 0 or -1 disable the ceiling (-> the maximum)."""
+    if str(text).strip() in ("0", "-1"):
+        return MAX_VALUE
+    return bounded_int(text)
+
+
 def _optional_float(text: str) -> float | None:
     if str(text).strip().lower() in ("none", "off", "0", ""):
         return None
@@ -106,13 +173,52 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     is_flag: bool = False  # store_true on the command line
-    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's)
+    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's, short)
+
+
+def _policy_options() -> tuple[Option, ...]:
+    out = []
+    for p in POLICY_OPTIONS:
+        out.append(Option(f"--ft-{p.name}", p.dest, bounded_int, p.default(), p.help))
+    out.append(
+        Option(
+            "--ft-max-no-progress-cycles",
+            "ft_max_no_progress_cycles",
+            _nvrx_no_progress_cycles,
+            None,
+            "NVRx spelling of --ft-max-no-progress-restarts (0 or -1: no ceiling)",
+        )
+    )
+    return tuple(out)
 
 
 OPTIONS: tuple[Option, ...] = (
     Option("--nproc-per-node", "nproc_per_node", _positive_int, 1, "workers per node"),
     Option("--nnodes", "nnodes", _nnodes, "1", "number of nodes, N or MIN:MAX"),
     Option("--node-rank", "node_rank", _non_negative_int, 0, "rank of this node (static rdzv)"),
+    Option(
+        "--standalone",
+        "standalone",
+        _bool,
+        False,
+        "single node: a local c10d rendezvous (port: --master-port, else a free one)",
+        is_flag=True,
+    ),
+    Option(
+        "--master-addr",
+        "master_addr",
+        str,
+        "127.0.0.1",
+        "rendezvous host when --rdzv-endpoint is not given (as NVRx)",
+    ),
+    Option(
+        "--master-port",
+        "master_port",
+        _port,
+        None,
+        "rendezvous port when --rdzv-endpoint is not given (static default 29500)",
+    ),
+    Option("--local-addr", "local_addr", str, "", "address of this node (default: its FQDN)"),
     Option(
         "--rdzv-backend", "rdzv_backend", str, "c10d", "rendezvous backend (c10d, static, etcd)"
     ),
@@ -125,6 +231,70 @@ OPTIONS: tuple[Option, ...] = (
         "--monitor-interval", "monitor_interval", _positive_float, 0.1, "seconds between checks"
     ),
     Option("--log-dir", "log_dir", str, "relaunch-logs", "root of the per-cycle logs"),
+    Option(
+        "--start-method",
+        "start_method",
+        str,
+        "spawn",
+        "how workers are started",
+        choices=START_METHODS,
+    ),
+    Option("--role", "role", str, "default", "role of the workers (shown in the tee prefix)"),
+    Option(
+        "--module",
+        "module",
+        _bool,
+        False,
+        "run the script as a Python module (python -m)",
+        is_flag=True,
+        aliases=("-m",),
+    ),
+    Option(
+        "--no-python",
+        "no_python",
+        _bool,
+        False,
+        "run the script as an executable, without python",
+        is_flag=True,
+    ),
+    Option(
+        "--run-path",
+        "run_path",
+        _bool,
+        False,
+        "run the script with runpy.run_path in the worker's interpreter",
+        is_flag=True,
+    ),
+    Option(
+        "--redirects",
+        "redirects",
+        _std_spec,
+        "0",
+        "worker streams kept off the console, cycle log only (0-3 or LOCAL_RANK:0-3,...)",
+        aliases=("-r",),
+    ),
+    Option(
+        "--tee",
+        "tee",
+        _std_spec,
+        "0",
+        "worker streams on the console with a rank prefix (0-3 or LOCAL_RANK:0-3,...)",
+        aliases=("-t",),
+    ),
+    Option(
+        "--local-ranks-filter",
+        "local_ranks_filter",
+        _ranks_filter,
+        "",
+        "only these local ranks on the console, e.g. 0 or 0,1 (cycle logs keep all)",
+    ),
+    Option(
+        "--log-line-prefix-template",
+        "log_line_prefix_template",
+        _template,
+        "",
+        "console prefix of teed lines, with ${role_name}, ${rank}, ${local_rank}",
+    ),
     Option(
         "--ft-attribution-endpoint",
         "ft_attribution_endpoint",
@@ -203,6 +373,21 @@ OPTIONS: tuple[Option, ...] = (
         "keep the raw per-rank spool files next to the cycle logs",
         is_flag=True,
     ),
+    Option(
+        "--ft-rdzv-impl",
+        "ft_rdzv_impl",
+        _rdzv_impl,
+        "barrier",
+        "NVRx rendezvous implementation (accepted: barrier)",
+    ),
+    Option(
+        "--ft-restart-policy",
+        "ft_restart_policy",
+        _restart_policy,
+        "any-failed",
+        "(deprecated, as in NVRx) only any-failed",
+    ),
+    *_policy_options(),
 )
 
 _BY_DEST = {o.dest: o for o in OPTIONS}
@@ -237,8 +422,34 @@ class RunSettings:
     ft_gpu_health: str = "auto"
     ft_log_funnel: str = ""
     ft_keep_rank_logs: bool = False
+    standalone: bool = False
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    local_addr: str = ""
+    start_method: str = "spawn"
+    role: str = "default"
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    redirects: str = "0"
+    tee: str = "0"
+    local_ranks_filter: str = ""
+    log_line_prefix_template: str = ""
+    ft_rdzv_impl: str = "barrier"
+    ft_restart_policy: str = "any-failed"
+    ft_max_no_progress_restarts: int = field(
+        default_factory=lambda: _BY_DEST["ft_max_no_progress_restarts"].default
+    )
+    ft_same_root_retries: int = field(
+        default_factory=lambda: _BY_DEST["ft_same_root_retries"].default
+    )
+    ft_workload_recurrence_stop: int = field(
+        default_factory=lambda: _BY_DEST["ft_workload_recurrence_stop"].default
+    )
+    ft_max_no_progress_cycles: int | None = None
     llm_config: Any | None = None
     sources: dict[str, str] = field(default_factory=dict)  # dest -> default|yaml|cli
+    warnings: list[str] = field(default_factory=list)  # one line each, printed before start
 
     @property
     def min_nodes(self) -> int:
@@ -262,14 +473,68 @@ class RunSettings:
     def audit_dir(self) -> str:
         return self.ft_audit_dir or str((Path(self.log_dir) / "audit").resolve())
 
+    def policy(self) -> Any:  # -> restart_agent.model.PolicyConfig
+        """The verdict policy thresholds (`--ft-max-no-progress-restarts`, ...)."""
+        return build_policy({p.dest: getattr(self, p.dest) for p in POLICY_OPTIONS})
+
+    def console_spec(self) -> Any:  # -> launcher.console.ConsoleSpec
+        from launcher.console import ConsoleSpec, parse_ranks_filter, parse_std
+
+        return ConsoleSpec(
+            redirects=parse_std(self.redirects),
+            tee=parse_std(self.tee),
+            ranks_filter=parse_ranks_filter(self.local_ranks_filter),
+            role=self.role,
+            template=self.log_line_prefix_template,
+        )
+
+    def worker_command(self) -> tuple[Any, tuple[str, ...]]:
+        """(entrypoint, args) of every worker, as torchrun builds them."""
+        if self.run_path:  # takes precedence over --no-python, as in torchrun
+            from torch.distributed.run import run_script_path
+
+            return run_script_path, (os.path.abspath(self.script), *self.script_args)
+        if self.no_python:
+            return self.script, tuple(self.script_args)
+        python = os.environ.get("PYTHON_EXEC", sys.executable)
+        module = ("-m",) if self.module else ()
+        return python, ("-u", *module, self.script, *self.script_args)
+
+    def check_script(self) -> str | None:
+        """Why the training script cannot start, or None (a module is found by the worker)."""
+        if self.module and not self.run_path:
+            return None
+        if self.no_python and not self.run_path:
+            if os.sep in self.script:
+                if os.path.isfile(self.script) and os.access(self.script, os.X_OK):
+                    return None
+                return f"executable not found or not executable: {self.script}"
+            if shutil.which(self.script) is None:
+                return f"executable not found on PATH: {self.script}"
+            return None
+        if not os.path.isfile(self.script):
+            return f"training script not found: {self.script}"
+        return None
+
+
+def spellings(o: Option) -> list[str]:
+    """Every command-line spelling of an option: its flag and aliases, torchrun's
+    underscore forms (`--nproc_per_node`) and NVRx's (`--ft-rdzv_impl`)."""
+    flags: list[str] = []
+    for flag in (o.flag, *o.aliases):
+        forms = [flag]
+        if flag.startswith("--"):
+            forms.append("--" + flag[2:].replace("-", "_"))
+            if flag.startswith("--ft-"):
+                forms.append("--ft-" + flag[5:].replace("-", "_"))
+        flags.extend(f for f in forms if f not in flags)
+    return flags
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every option with `default=SUPPRESS`, so omitted options stay absent."""
     for o in OPTIONS:
-        flags = [o.flag, *o.aliases]
-        underscore = "--" + o.flag[2:].replace("-", "_")
-        if underscore != o.flag:
-            flags.append(underscore)  # torchrun also accepts --nproc_per_node
+        flags = spellings(o)
         if o.is_flag:
             parser.add_argument(
                 *flags, dest=o.dest, action="store_true", default=argparse.SUPPRESS, help=o.help
@@ -297,16 +562,38 @@ def _argparse_type(o: Option) -> Callable[[str], Any]:
     return convert
 
 
-def _aliases() -> dict[str, str]:
+def _alias_table() -> dict[str, Any]:
     text = resources.files("launcher").joinpath("config_aliases.yaml").read_text("utf-8")
-    data = yaml.safe_load(text) or {}
-    return {str(k): str(v) for k, v in (data.get("aliases") or {}).items()}
+    return yaml.safe_load(text) or {}
+
+
+def _aliases() -> dict[str, str]:
+    return {str(k): str(v) for k, v in (_alias_table().get("aliases") or {}).items()}
+
+
+def _ignored() -> dict[str, str]:
+    """NVRx keys relaunch accepts and ignores -> why."""
+    return {str(k): str(v) for k, v in (_alias_table().get("ignored") or {}).items()}
+
+
+def _find_section(data: dict[str, Any]) -> dict[str, Any] | None:
+    """NVRx's rule: a `fault_tolerance:` section anywhere in the file (depth first)."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key == "fault_tolerance":
+                return value
+            found = _find_section(value)
+            if found is not None:
+                return found
+    return None
 
 
 def _yaml_text(value: Any, opt: Option) -> str:
     """YAML 1.1 reads `off`/`on` as booleans; give them back their words."""
     if isinstance(value, dict):
         return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list):  # local_ranks_filter: [0, 1]
+        return ",".join(str(v) for v in value)
     if isinstance(value, bool):
         if opt.type is _bool:
             return str(value).lower()
@@ -314,8 +601,15 @@ def _yaml_text(value: Any, opt: Option) -> str:
     return str(value)
 
 
-def load_yaml(path: str) -> dict[str, Any]:
-    """Read `--ft-cfg-path`; returns {dest: converted value}. Raises ConfigError."""
+def _hint(name: str) -> str:
+    keys = [*_BY_DEST, *(k[3:] for k in _BY_DEST if k.startswith("ft_")), *_aliases()]
+    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_yaml(path: str, warnings: list[str] | None = None) -> dict[str, Any]:
+    """Read `--ft-cfg-path`; returns {dest: converted value}. Raises ConfigError on a bad
+    file or value; unknown and ignored keys are appended to `warnings`, one line each."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -332,13 +626,25 @@ def load_yaml(path: str) -> dict[str, Any]:
     if isinstance(data.get("fault_tolerance"), dict):
         nested = data.pop("fault_tolerance")
         data = {**data, **nested}
-    aliases = _aliases()
+    else:
+        section = _find_section(data)
+        if section is not None:  # nested in a bigger config (e.g. a Megatron YAML)
+            data = dict(section)
+    aliases, ignored = _aliases(), _ignored()
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).lstrip("-").replace("-", "_")
         name = aliases.get(name, name)
+        if name not in _BY_DEST and f"ft_{name}" in _BY_DEST:
+            name = f"ft_{name}"  # NVRx writes the `--ft-*` options without `ft_`
+        if name in ignored:
+            if warnings is not None:
+                warnings.append(f"config file {path}: {key!r} ignored: {ignored[name]}")
+            continue
         if name not in _BY_DEST:
-            raise ConfigError(f"config file {path}: unknown option {key!r}")
+            if warnings is not None:
+                warnings.append(f"config file {path}: unknown option {key!r} ignored{_hint(name)}")
+            continue
         opt = _BY_DEST[name]
         if value is None and name in ("ft_heartbeat_timeout", "ft_initial_heartbeat_timeout"):
             out[name] = None
@@ -360,7 +666,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     for o in OPTIONS:
         settings.sources[o.dest] = "default"
     if yaml_path:
-        for name, value in load_yaml(yaml_path).items():
+        for name, value in load_yaml(yaml_path, settings.warnings).items():
             setattr(settings, name, value)
             settings.sources[name] = "yaml"
     for name, value in cli.items():
@@ -374,6 +680,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
         settings.rdzv_id = settings.job_id
     if "/" in settings.job_id or settings.job_id in (".", ".."):
         raise ConfigError(f"--job-id {settings.job_id!r}: must not contain '/'")
+    _torchrun_compat(settings)
     if settings.max_nodes > 1 and not settings.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint HOST:PORT is required when --nnodes allows > 1 node")
     if settings.ft_log_funnel and (
@@ -391,4 +698,36 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
             raise ConfigError(f"--ft-node-health-check-endpoint: {exc}") from None
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
+    try:
+        settings.policy()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return settings
+
+
+_RANK = {"default": 0, "yaml": 1, "cli": 2}
+
+
+def _torchrun_compat(settings: RunSettings) -> None:
+    """torchrun's and NVRx's spellings -> the settings relaunch acts on."""
+    s = settings
+    if s.module and s.no_python and not s.run_path:
+        raise ConfigError("--module and --no-python cannot be used together (as in torchrun)")
+    if s.standalone:
+        if s.max_nodes > 1:
+            raise ConfigError("--standalone is for single-node jobs (--nnodes 1)")
+        # as torchrun: a local c10d store; explicit rendezvous values are replaced
+        s.rdzv_backend = "c10d"
+        s.rdzv_endpoint = f"127.0.0.1:{s.master_port or 0}"
+    elif not s.rdzv_endpoint and (s.master_port is not None or s.rdzv_backend == "static"):
+        # NVRx (and torchrun for static): --master-addr:--master-port is the endpoint
+        s.rdzv_endpoint = f"{s.master_addr}:{s.master_port or STATIC_MASTER_PORT}"
+    if s.sources.get("ft_restart_policy", "default") != "default":
+        s.warnings.append(
+            "--ft-restart-policy is deprecated (as in NVRx): any-failed is the only policy"
+        )
+    cycles = s.ft_max_no_progress_cycles
+    source = s.sources.get("ft_max_no_progress_cycles", "default")
+    if cycles is not None and _RANK[source] >= _RANK[s.sources["ft_max_no_progress_restarts"]]:
+        s.ft_max_no_progress_restarts = cycles
+        s.sources["ft_max_no_progress_restarts"] = source
