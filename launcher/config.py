@@ -348,6 +348,7 @@ OPTIONS: tuple[Option, ...] = (
         _positive_float,
         15.0,
         "seconds between SIGTERM and SIGKILL when stopping workers",
+        aliases=("--shutdown-timeout",),  # torchrun's name
     ),
     Option(
         "--ft-node-health-check-endpoint",

@@ -620,3 +620,19 @@ def test_policy_thresholds_and_nvrx_no_progress_cycles(tmp_path: Path) -> None:
     for bad in ("-1", "1001", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--ft-same-root-retries", bad])
+
+
+def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
+    from relaunch_cli import serve_cmd
+
+    args = serve_cmd.build_parser("relaunch serve").parse_args(
+        ["--max-no-progress-restarts", "7", "--same_root_retries", "2"]
+    )
+    policy = serve_cmd.settings_from_args(args).policy
+    assert (policy.job_no_progress_ceiling, policy.same_root_no_progress_retries) == (7, 2)
+    assert policy.workload_recurrence_stop == 1  # default kept
+    r = run_relaunch(tmp_path, ["--same-root-retries", "2000", "--port", "0"], cmd="serve")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "relaunch serve: error: --same-root-retries '2000': must be between 0 and 1000"
+    ]
