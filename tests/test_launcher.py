@@ -191,7 +191,8 @@ def test_unreachable_endpoint_degrades_to_restart(tmp_path: Path, kind: str) -> 
     marker = tmp_path / "marker"
     r = run_relaunch(
         tmp_path,
-        job_args(tmp_path, "unreach", "--ft-attribution-endpoint", endpoint)
+        # worker output off the console: the launcher's own stderr must hold no traceback
+        job_args(tmp_path, "unreach", "--ft-attribution-endpoint", endpoint, "--redirects", "3")
         + [str(WORKER), "--mode", "crash_once", "--marker", str(marker)],
     )
     assert r.returncode == 0, r.stderr
