@@ -1,166 +1,52 @@
-"""Settings of `relaunch run`: the option table, defaults, YAML file, precedence and checks.
+"""Settings of `relaunch run`: the option table, defaults, precedence and checks.
 
-Precedence: built-in default < `--ft-cfg-path` YAML < command line. An option given on
-the command line wins; an option omitted there keeps the YAML value. YAML keys are the
-option names with `_` or `-` (`ft_heartbeat_timeout`, `max-restarts`, `rdzv_impl`),
-optionally under `fault_tolerance:`; NVRx spellings are accepted through the alias table
-`launcher/config_aliases.yaml`. Bad values are a one-line error; unknown keys and NVRx
-keys relaunch has no use for are a one-line warning each (`RunSettings.warnings`).
-Also derived here from the settings: the worker command (torchrun's `-m`, `--no-python`,
-`--run-path`), the console spec (`--tee`, `--redirects`, `--local-ranks-filter`) and the
-verdict policy (`--ft-max-no-progress-restarts`, ...; `attribution.policy_config`).
+Precedence: built-in default < `--ft-cfg-path` YAML (`launcher.config_yaml`) < command
+line. An option given on the command line wins; an option omitted there keeps the YAML
+value. Values are converted by `launcher.config_values`; a bad one is a one-line error.
+torchrun's and NVRx's spellings map onto the same settings here (`--standalone`,
+`--master-addr/--master-port`, `--ft-max-no-progress-cycles`, ...), and the settings give
+the worker command (torchrun's `-m`, `--no-python`, `--run-path`), the console spec
+(`--tee`, `--redirects`, `--local-ranks-filter`) and the verdict policy
+(`attribution.policy_config`).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import shutil
 import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from attribution.policy_config import MAX_VALUE, POLICY_OPTIONS, bounded_int, build_policy
+from attribution.policy_config import POLICY_OPTIONS, bounded_int, build_policy
+from launcher.config_values import (
+    ConfigError,
+    boolean,
+    endpoint_spec,
+    nnodes_spec,
+    non_negative_int,
+    nproc_spec,
+    nvrx_no_progress_cycles,
+    optional_float,
+    port_number,
+    positive_float,
+    prefix_template,
+    ranks_filter_spec,
+    rdzv_impl,
+    restart_policy,
+    section_timeouts,
+    std_spec,
+)
+from launcher.config_yaml import load_yaml as _load_yaml
 
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
 START_METHODS = ("spawn", "fork", "forkserver")
 STATIC_MASTER_PORT = 29500  # torchrun's default port of the static rendezvous
-
-
-class ConfigError(ValueError):
-    """A bad option value or config file; the CLI turns it into a one-line error."""
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be >= 1")
-    return value
-
-
-def _nnodes(text: str) -> str:
-    parts = str(text).split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        raise ValueError("must be N or MIN:MAX")
-    lo, hi = int(parts[0]), int(parts[-1])
-    if not 0 < lo <= hi:
-        raise ValueError("must satisfy 0 < MIN <= MAX")
-    return str(text)
-
-
-def _endpoint(text: str) -> str:
-    text = str(text).strip()
-    if text in ("embedded", "off") or text.startswith(("http://", "https://")):
-        return text
-    if text.startswith("unix://") and len(text) > len("unix://"):
-        return text
-    raise ValueError("must be embedded, off, http://HOST:PORT or unix:///PATH")
-
-
-def _bool(text: str) -> bool:
-    low = str(text).strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be true or false")
-
-
-def _section_timeouts(text: str) -> dict[str, float]:
-    """`setup:900,step:120` -> {"setup": 900.0, "step": 120.0}."""
-    out: dict[str, float] = {}
-    for part in str(text).split(","):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition(":")
-        if not sep or not name.strip():
-            raise ValueError("expected NAME:SECONDS[,NAME:SECONDS...]")
-        out[name.strip()] = _positive_float(value)
-    return out
-
-
-def _std_spec(text: str) -> str:
-    from launcher.console import parse_std
-
-    parse_std(text)
-    return str(text).strip()
-
-
-def _ranks_filter(text: str) -> str:
-    from launcher.console import parse_ranks_filter
-
-    return ",".join(map(str, sorted(parse_ranks_filter(text))))
-
-
-def _template(text: str) -> str:
-    from launcher.console import check_template
-
-    return check_template(str(text))
-
-
-def _port(text: str) -> int | None:
-    if str(text).strip().lower() in ("", "none"):
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("must be a port 0-65535") from None
-    if not 0 <= value <= 65535:
-        raise ValueError("must be a port 0-65535")
-    return value
-
-
-def _rdzv_impl(text: str) -> str:
-    value = str(text).strip()
-    if value == "legacy":
-        raise ValueError(
-            "the legacy rendezvous implementation was removed; barrier is the only implementation"
-        )
-    if value != "barrier":
-        raise ValueError("must be barrier (the only implementation)")
-    return value
-
-
-def _restart_policy(text: str) -> str:
-    value = str(text).strip()
-    if value != "any-failed":
-        raise ValueError("only any-failed is supported (restart when any worker group fails)")
-    return value
-
-
-def _nvrx_no_progress_cycles(text: str) -> int:
-    """NVRx's `max_no_progress_cycles`: 0 or -1 disable the ceiling (-> the maximum)."""
-    if str(text).strip() in ("0", "-1"):
-        return MAX_VALUE
-    return bounded_int(text)
-
-
-def _optional_float(text: str) -> float | None:
-    if str(text).strip().lower() in ("none", "off", "0", ""):
-        return None
-    return _positive_float(text)
 
 
 @dataclass(frozen=True)
@@ -184,7 +70,7 @@ def _policy_options() -> tuple[Option, ...]:
         Option(
             "--ft-max-no-progress-cycles",
             "ft_max_no_progress_cycles",
-            _nvrx_no_progress_cycles,
+            nvrx_no_progress_cycles,
             None,
             "NVRx spelling of --ft-max-no-progress-restarts (0 or -1: no ceiling)",
         )
@@ -193,13 +79,15 @@ def _policy_options() -> tuple[Option, ...]:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--nproc-per-node", "nproc_per_node", _positive_int, 1, "workers per node"),
-    Option("--nnodes", "nnodes", _nnodes, "1", "number of nodes, N or MIN:MAX"),
-    Option("--node-rank", "node_rank", _non_negative_int, 0, "rank of this node (static rdzv)"),
+    Option(
+        "--nproc-per-node", "nproc_per_node", nproc_spec, 1, "workers per node (N, cpu, gpu, auto)"
+    ),
+    Option("--nnodes", "nnodes", nnodes_spec, "1", "number of nodes, N or MIN:MAX"),
+    Option("--node-rank", "node_rank", non_negative_int, 0, "rank of this node (static rdzv)"),
     Option(
         "--standalone",
         "standalone",
-        _bool,
+        boolean,
         False,
         "single node: a local c10d rendezvous (port: --master-port, else a free one)",
         is_flag=True,
@@ -214,7 +102,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--master-port",
         "master_port",
-        _port,
+        port_number,
         None,
         "rendezvous port when --rdzv-endpoint is not given (static default 29500)",
     ),
@@ -226,10 +114,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rdzv-id", "rdzv_id", str, "", "rendezvous id (defaults to the job id)"),
     Option("--rdzv-conf", "rdzv_conf", str, "", "extra rendezvous config k1=v1,k2=v2"),
     Option("--job-id", "job_id", str, "", "job id: names the log folder and the history"),
-    Option("--max-restarts", "max_restarts", _non_negative_int, 3, "job-level restart budget"),
-    Option(
-        "--monitor-interval", "monitor_interval", _positive_float, 0.1, "seconds between checks"
-    ),
+    Option("--max-restarts", "max_restarts", non_negative_int, 3, "job-level restart budget"),
+    Option("--monitor-interval", "monitor_interval", positive_float, 0.1, "seconds between checks"),
     Option("--log-dir", "log_dir", str, "relaunch-logs", "root of the per-cycle logs"),
     Option(
         "--start-method",
@@ -243,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--module",
         "module",
-        _bool,
+        boolean,
         False,
         "run the script as a Python module (python -m)",
         is_flag=True,
@@ -252,7 +138,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--no-python",
         "no_python",
-        _bool,
+        boolean,
         False,
         "run the script as an executable, without python",
         is_flag=True,
@@ -260,7 +146,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--run-path",
         "run_path",
-        _bool,
+        boolean,
         False,
         "run the script with runpy.run_path in the worker's interpreter",
         is_flag=True,
@@ -268,7 +154,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--redirects",
         "redirects",
-        _std_spec,
+        std_spec,
         "0",
         "worker streams kept off the console, cycle log only (0-3 or LOCAL_RANK:0-3,...)",
         aliases=("-r",),
@@ -276,7 +162,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--tee",
         "tee",
-        _std_spec,
+        std_spec,
         "0",
         "worker streams on the console with a rank prefix (0-3 or LOCAL_RANK:0-3,...)",
         aliases=("-t",),
@@ -284,21 +170,21 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--local-ranks-filter",
         "local_ranks_filter",
-        _ranks_filter,
+        ranks_filter_spec,
         "",
         "only these local ranks on the console, e.g. 0 or 0,1 (cycle logs keep all)",
     ),
     Option(
         "--log-line-prefix-template",
         "log_line_prefix_template",
-        _template,
+        prefix_template,
         "",
         "console prefix of teed lines, with ${role_name}, ${rank}, ${local_rank}",
     ),
     Option(
         "--ft-attribution-endpoint",
         "ft_attribution_endpoint",
-        _endpoint,
+        endpoint_spec,
         "embedded",
         "embedded | http://HOST:PORT | unix:///PATH | off",
     ),
@@ -322,7 +208,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-heartbeat-timeout",
         "ft_heartbeat_timeout",
-        _optional_float,
+        optional_float,
         60.0,
         "a rank silent this long after a heartbeat is hung (off: none)",
         aliases=("--ft-rank-heartbeat-timeout",),
@@ -330,7 +216,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-initial-heartbeat-timeout",
         "ft_initial_heartbeat_timeout",
-        _optional_float,
+        optional_float,
         300.0,
         "allowed silence before a rank's first heartbeat (initialisation)",
         aliases=("--ft-initial-rank-heartbeat-timeout",),
@@ -338,14 +224,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-rank-section-timeouts",
         "ft_rank_section_timeouts",
-        _section_timeouts,
+        section_timeouts,
         {},
         "NAME:SECONDS,...: a rank inside section NAME longer than SECONDS is hung",
     ),
     Option(
         "--workers-stop-timeout",
         "workers_stop_timeout",
-        _positive_float,
+        positive_float,
         15.0,
         "seconds between SIGTERM and SIGKILL when stopping workers",
         aliases=("--shutdown-timeout",),  # torchrun's name
@@ -369,7 +255,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-keep-rank-logs",
         "ft_keep_rank_logs",
-        _bool,
+        boolean,
         False,
         "keep the raw per-rank spool files next to the cycle logs",
         is_flag=True,
@@ -377,14 +263,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-rdzv-impl",
         "ft_rdzv_impl",
-        _rdzv_impl,
+        rdzv_impl,
         "barrier",
         "NVRx rendezvous implementation (accepted: barrier)",
     ),
     Option(
         "--ft-restart-policy",
         "ft_restart_policy",
-        _restart_policy,
+        restart_policy,
         "any-failed",
         "(deprecated, as in NVRx) only any-failed",
     ),
@@ -563,103 +449,6 @@ def _argparse_type(o: Option) -> Callable[[str], Any]:
     return convert
 
 
-def _alias_table() -> dict[str, Any]:
-    text = resources.files("launcher").joinpath("config_aliases.yaml").read_text("utf-8")
-    return yaml.safe_load(text) or {}
-
-
-def _aliases() -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_alias_table().get("aliases") or {}).items()}
-
-
-def _ignored() -> dict[str, str]:
-    """NVRx keys relaunch accepts and ignores -> why."""
-    return {str(k): str(v) for k, v in (_alias_table().get("ignored") or {}).items()}
-
-
-def _find_section(data: dict[str, Any]) -> dict[str, Any] | None:
-    """NVRx's rule: a `fault_tolerance:` section anywhere in the file (depth first)."""
-    for key, value in data.items():
-        if isinstance(value, dict):
-            if key == "fault_tolerance":
-                return value
-            found = _find_section(value)
-            if found is not None:
-                return found
-    return None
-
-
-def _yaml_text(value: Any, opt: Option) -> str:
-    """YAML 1.1 reads `off`/`on` as booleans; give them back their words."""
-    if isinstance(value, dict):
-        return ",".join(f"{k}:{v}" for k, v in value.items())
-    if isinstance(value, list):  # local_ranks_filter: [0, 1]
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool):
-        if opt.type is _bool:
-            return str(value).lower()
-        return "on" if value else "off"
-    return str(value)
-
-
-def _hint(name: str) -> str:
-    keys = [*_BY_DEST, *(k[3:] for k in _BY_DEST if k.startswith("ft_")), *_aliases()]
-    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def load_yaml(path: str, warnings: list[str] | None = None) -> dict[str, Any]:
-    """Read `--ft-cfg-path`; returns {dest: converted value}. Raises ConfigError on a bad
-    file or value; unknown and ignored keys are appended to `warnings`, one line each."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of option names to values")
-    if isinstance(data.get("fault_tolerance"), dict):
-        nested = data.pop("fault_tolerance")
-        data = {**data, **nested}
-    else:
-        section = _find_section(data)
-        if section is not None:  # nested in a bigger config (e.g. a Megatron YAML)
-            data = dict(section)
-    aliases, ignored = _aliases(), _ignored()
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = str(key).lstrip("-").replace("-", "_")
-        name = aliases.get(name, name)
-        if name not in _BY_DEST and f"ft_{name}" in _BY_DEST:
-            name = f"ft_{name}"  # NVRx writes the `--ft-*` options without `ft_`
-        if name in ignored:
-            if warnings is not None:
-                warnings.append(f"config file {path}: {key!r} ignored: {ignored[name]}")
-            continue
-        if name not in _BY_DEST:
-            if warnings is not None:
-                warnings.append(f"config file {path}: unknown option {key!r} ignored{_hint(name)}")
-            continue
-        opt = _BY_DEST[name]
-        if value is None and name in ("ft_heartbeat_timeout", "ft_initial_heartbeat_timeout"):
-            out[name] = None
-            continue
-        try:
-            converted = opt.type(_yaml_text(value, opt))
-        except ValueError as exc:
-            raise ConfigError(f"config file {path}: {key}: {value!r}: {exc}") from None
-        if opt.choices and converted not in opt.choices:
-            raise ConfigError(f"config file {path}: {key}: {value!r} is not one of {opt.choices}")
-        out[name] = converted
-    return out
-
-
 def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     """Merge defaults < YAML < CLI into a checked `RunSettings`."""
     settings = RunSettings()
@@ -667,7 +456,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     for o in OPTIONS:
         settings.sources[o.dest] = "default"
     if yaml_path:
-        for name, value in load_yaml(yaml_path, settings.warnings).items():
+        for name, value in _load_yaml(yaml_path, _BY_DEST, settings.warnings).items():
             setattr(settings, name, value)
             settings.sources[name] = "yaml"
     for name, value in cli.items():

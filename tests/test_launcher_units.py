@@ -636,3 +636,20 @@ def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
     assert r.stderr.splitlines() == [
         "relaunch serve: error: --same-root-retries '2000': must be between 0 and 1000"
     ]
+
+
+def test_nproc_per_node_words_like_torchrun() -> None:
+    import torch
+
+    parser = __import__("argparse").ArgumentParser()
+    config.add_arguments(parser)
+    assert parser.parse_args(["--nproc_per_node", "cpu"]).nproc_per_node == os.cpu_count()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    auto = parser.parse_args(["--nproc-per-node", "auto"]).nproc_per_node
+    assert auto == (gpus or os.cpu_count())
+    for bad in ("0", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--nproc-per-node", bad])
+    if gpus == 0:
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--nproc-per-node", "gpu"])
