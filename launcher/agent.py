@@ -492,6 +492,7 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
         run_id=settings.rdzv_id,
         min_nodes=settings.min_nodes,
         max_nodes=settings.max_nodes,
+        local_addr=settings.local_addr or None,  # torchrun's --local-addr
         **rdzv_configs,
     )
     master_addr = master_port = None

@@ -23,6 +23,7 @@ TALKER = """\
 import os, sys
 rank = os.environ["RANK"]
 print(f"out from {rank} role={os.environ['ROLE_NAME']}", flush=True)
+print(f"master_addr={os.environ['MASTER_ADDR']}", flush=True)
 print(f"err from {rank}", file=sys.stderr, flush=True)
 print(f"[rank{rank}]: torch-prefixed from {rank}", file=sys.stderr, flush=True)
 """
@@ -101,8 +102,6 @@ def test_role_is_shown_as_torchrun_shows_it(tmp_path: Path) -> None:
         "trainer",
         "--tee",
         "1",
-        "--start-method",
-        "fork",
         "--local-addr",
         "127.0.0.1",
         _talker(tmp_path),
@@ -110,7 +109,10 @@ def test_role_is_shown_as_torchrun_shows_it(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     # torchrun's tee header `[{role}{local_rank}]:`, the line as written; ROLE_NAME set
     assert "[trainer1]:out from 1 role=trainer" in _lines(r.stdout)
-    assert "[rank1]: out from 1 role=trainer" in read_log(tmp_path, "role", 0)
+    log = read_log(tmp_path, "role", 0)
+    assert "[rank1]: out from 1 role=trainer" in log
+    # --local-addr is this node's address in the rendezvous: the workers' MASTER_ADDR
+    assert "[rank0]: master_addr=127.0.0.1" in log
 
 
 def test_log_line_prefix_template(tmp_path: Path) -> None:
@@ -150,12 +152,20 @@ def test_no_python_runs_an_executable(tmp_path: Path) -> None:
     ]
 
 
-def test_run_path_runs_the_script_in_the_worker_interpreter(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_run_path_runs_the_script_in_the_worker_interpreter(tmp_path: Path, method: str) -> None:
     script = tmp_path / "rp.py"
-    script.write_text("import os, sys\nprint('run_path', os.environ['RANK'], sys.argv[1:])\n")
-    r = _run(tmp_path, "rp", "--run-path", str(script), "x")
+    script.write_text(
+        "import os, sys\n"
+        "print('run_path', os.environ['RANK'], sys.argv[1:], flush=True)\n"
+        # a forked worker inherits the launcher's modules; a spawned one starts afresh
+        "print('inherited', 'launcher.agent' in sys.modules, flush=True)\n"
+    )
+    r = _run(tmp_path, "rp", "--start_method", method, "--run-path", str(script), "x")
     assert r.returncode == 0, r.stderr
-    assert "[rank1]: run_path 1 ['x']" in read_log(tmp_path, "rp", 0)
+    log = read_log(tmp_path, "rp", 0)
+    assert "[rank1]: run_path 1 ['x']" in log
+    assert f"[rank1]: inherited {method == 'fork'}" in log
 
 
 def _free_port() -> int:
