@@ -36,6 +36,7 @@ from torch.distributed.run import _parse_rendezvous_config
 
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings
+from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
 
@@ -117,7 +118,7 @@ class RelaunchAgent(LocalElasticAgent):
         super().__init__(
             spec=spec,
             logs_specs=logs_specs,
-            start_method="spawn",
+            start_method=settings.start_method,
             exit_barrier_timeout=300,
             shutdown_timeout=max(1, int(round(settings.workers_stop_timeout))),
         )
@@ -126,6 +127,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._out = out
         self._out_lock = threading.Lock()
         self._sink_factory = sink_factory or (lambda path, cycle, node: FileSink(path))
+        self._console = Console(settings.console_spec(), settings.nproc_per_node)
         self._heartbeats = HeartbeatServer(on_progress=self._on_progress)
         self._cycle_no = -1
         self._last_node: int | None = None  # this launcher's node number in the last cycle
@@ -216,7 +218,9 @@ class RelaunchAgent(LocalElasticAgent):
             keep_spool=self.settings.ft_keep_rank_logs,
             fallback_path=log_path,
             on_sink_error=lambda msg: self.say(f"warning: cycle {cycle} log sink failed: {msg}"),
+            console=self._console,
         )
+        self.say(f"cycle {cycle} log: {log_path}")
         st = _CycleState(cycle, node, log, log_path, spool, time.monotonic())
         with self._state_lock:
             self._state = st
@@ -488,22 +492,25 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
         run_id=settings.rdzv_id,
         min_nodes=settings.min_nodes,
         max_nodes=settings.max_nodes,
+        local_addr=settings.local_addr or None,  # torchrun's --local-addr
         **rdzv_configs,
     )
     master_addr = master_port = None
     if settings.rdzv_backend == "static":
         host, _, port = settings.rdzv_endpoint.rpartition(":")
         master_addr, master_port = host, int(port)
+    entrypoint, args = settings.worker_command()  # torchrun's -m, --no-python, --run-path
     return WorkerSpec(
-        role="default",
+        role=settings.role,
         local_world_size=settings.nproc_per_node,
-        entrypoint=sys.executable,
-        args=("-u", settings.script, *settings.script_args),
+        entrypoint=entrypoint,
+        args=args,
         rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
         max_restarts=settings.max_restarts,
         monitor_interval=settings.monitor_interval,
         master_addr=master_addr,
         master_port=master_port,
+        local_addr=settings.local_addr or None,
     )
 
 
@@ -538,6 +545,7 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
             db_url=settings.db_url(),
             audit_dir=settings.audit_dir(),
             llm_config=settings.llm_config,
+            policy=settings.policy(),
         )
 
     if sink_factory is None and settings.ft_log_funnel:

@@ -203,10 +203,12 @@ class EmbeddedClient(AttributionClient):
         db_url: str,
         audit_dir: str | None = None,
         llm_config: Any | None = None,
+        policy: Any | None = None,  # restart_agent.model.PolicyConfig (None: defaults)
     ) -> None:
         self.db_url = db_url
         self.audit_dir = audit_dir
         self._llm_config = llm_config
+        self._policy = policy
         self._engine: Any | None = None
         self._repo: Any | None = None
         super().__init__(on_verdict, on_warning)
@@ -218,14 +220,16 @@ class EmbeddedClient(AttributionClient):
         from storage import open_repository
 
         self._repo = open_repository(self.db_url)
-        self._engine = AttributionEngine(self._repo, audit_dir=self.audit_dir)
+        self._engine = AttributionEngine(self._repo, policy=self._policy, audit_dir=self.audit_dir)
         if self.audit_dir is not None:
             try:
                 from attribution.audit import AuditWriter
             except ImportError as exc:
                 self.on_warning(f"audit artifacts unavailable: {exc}")
             else:
-                self._engine.add_listener(AuditWriter(self.audit_dir, repo=self._repo))
+                self._engine.add_listener(
+                    AuditWriter(self.audit_dir, repo=self._repo, policy=self._policy)
+                )
         if self._llm_config is not None:
             from attribution.enrichment import EnrichmentListener
 
@@ -233,6 +237,7 @@ class EmbeddedClient(AttributionClient):
                 EnrichmentListener(
                     self._repo,
                     self._llm_config,
+                    self._policy,
                     audit_dir=self.audit_dir,
                     on_result=self._llm_result,
                 )
@@ -370,13 +375,20 @@ def make_client(
     db_url: str,
     audit_dir: str | None = None,
     llm_config: Any | None = None,
+    policy: Any | None = None,
 ) -> AttributionClient:
-    """Build the client for `--ft-attribution-endpoint` (validated by the config)."""
+    """Build the client for `--ft-attribution-endpoint` (validated by the config).
+    `policy` (a PolicyConfig) is the embedded engine's; a service uses its own."""
     if endpoint == "off":
         return OffClient(on_verdict, on_warning)
     if endpoint == "embedded":
         return EmbeddedClient(
-            on_verdict, on_warning, db_url=db_url, audit_dir=audit_dir, llm_config=llm_config
+            on_verdict,
+            on_warning,
+            db_url=db_url,
+            audit_dir=audit_dir,
+            llm_config=llm_config,
+            policy=policy,
         )
     if endpoint.startswith(("http://", "https://", "unix://")):
         return HttpClient(on_verdict, on_warning, endpoint=endpoint)

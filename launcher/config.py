@@ -1,99 +1,52 @@
-"""Settings of `relaunch run`: the option table, defaults, YAML file, precedence and checks.
+"""Settings of `relaunch run`: the option table, defaults, precedence and checks.
 
-Precedence: built-in default < `--ft-cfg-path` YAML < command line. An option given on
-the command line wins; an option omitted there keeps the YAML value. YAML keys are the
-option names with `_` or `-` (`ft_heartbeat_timeout`, `max-restarts`), optionally
-nested under `fault_tolerance:`; NVRx spellings are accepted through the alias table
-`launcher/config_aliases.yaml`. Unknown keys and bad values are a one-line error.
+Precedence: built-in default < `--ft-cfg-path` YAML (`launcher.config_yaml`) < command
+line. An option given on the command line wins; an option omitted there keeps the YAML
+value. Values are converted by `launcher.config_values`; a bad one is a one-line error.
+torchrun's and NVRx's spellings map onto the same settings here (`--standalone`,
+`--master-addr/--master-port`, `--ft-max-no-progress-cycles`, ...), and the settings give
+the worker command (torchrun's `-m`, `--no-python`, `--run-path`), the console spec
+(`--tee`, `--redirects`, `--local-ranks-filter`) and the verdict policy
+(`attribution.policy_config`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from attribution.policy_config import POLICY_OPTIONS, bounded_int, build_policy
+from launcher.config_values import (
+    ConfigError,
+    boolean,
+    endpoint_spec,
+    nnodes_spec,
+    non_negative_int,
+    nproc_spec,
+    nvrx_no_progress_cycles,
+    optional_float,
+    port_number,
+    positive_float,
+    prefix_template,
+    ranks_filter_spec,
+    rdzv_impl,
+    restart_policy,
+    section_timeouts,
+    std_spec,
+)
+from launcher.config_yaml import load_yaml as _load_yaml
 
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
-
-
-class ConfigError(ValueError):
-    """A bad option value or config file; the CLI turns it into a one-line error."""
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be >= 1")
-    return value
-
-
-def _nnodes(text: str) -> str:
-    parts = str(text).split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        raise ValueError("must be N or MIN:MAX")
-    lo, hi = int(parts[0]), int(parts[-1])
-    if not 0 < lo <= hi:
-        raise ValueError("must satisfy 0 < MIN <= MAX")
-    return str(text)
-
-
-def _endpoint(text: str) -> str:
-    text = str(text).strip()
-    if text in ("embedded", "off") or text.startswith(("http://", "https://")):
-        return text
-    if text.startswith("unix://") and len(text) > len("unix://"):
-        return text
-    raise ValueError("must be embedded, off, http://HOST:PORT or unix:///PATH")
-
-
-def _bool(text: str) -> bool:
-    low = str(text).strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be true or false")
-
-
-def _section_timeouts(text: str) -> dict[str, float]:
-    """`setup:900,step:120` -> {"setup": 900.0, "step": 120.0}."""
-    out: dict[str, float] = {}
-    for part in str(text).split(","):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition(":")
-        if not sep or not name.strip():
-            raise ValueError("expected NAME:SECONDS[,NAME:SECONDS...]")
-        out[name.strip()] = _positive_float(value)
-    return out
-
-
-def _optional_float(text: str) -> float | None:
-    if str(text).strip().lower() in ("none", "off", "0", ""):
-        return None
-    return _positive_float(text)
+START_METHODS = ("spawn", "fork", "forkserver")
+STATIC_MASTER_PORT = 29500  # torchrun's default port of the static rendezvous
 
 
 @dataclass(frozen=True)
@@ -106,13 +59,54 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     is_flag: bool = False  # store_true on the command line
-    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's)
+    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's, short)
+
+
+def _policy_options() -> tuple[Option, ...]:
+    out = []
+    for p in POLICY_OPTIONS:
+        out.append(Option(f"--ft-{p.name}", p.dest, bounded_int, p.default(), p.help))
+    out.append(
+        Option(
+            "--ft-max-no-progress-cycles",
+            "ft_max_no_progress_cycles",
+            nvrx_no_progress_cycles,
+            None,
+            "NVRx spelling of --ft-max-no-progress-restarts (0 or -1: no ceiling)",
+        )
+    )
+    return tuple(out)
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--nproc-per-node", "nproc_per_node", _positive_int, 1, "workers per node"),
-    Option("--nnodes", "nnodes", _nnodes, "1", "number of nodes, N or MIN:MAX"),
-    Option("--node-rank", "node_rank", _non_negative_int, 0, "rank of this node (static rdzv)"),
+    Option(
+        "--nproc-per-node", "nproc_per_node", nproc_spec, 1, "workers per node (N, cpu, gpu, auto)"
+    ),
+    Option("--nnodes", "nnodes", nnodes_spec, "1", "number of nodes, N or MIN:MAX"),
+    Option("--node-rank", "node_rank", non_negative_int, 0, "rank of this node (static rdzv)"),
+    Option(
+        "--standalone",
+        "standalone",
+        boolean,
+        False,
+        "single node: a local c10d rendezvous (port: --master-port, else a free one)",
+        is_flag=True,
+    ),
+    Option(
+        "--master-addr",
+        "master_addr",
+        str,
+        "127.0.0.1",
+        "rendezvous host when --rdzv-endpoint is not given (as NVRx)",
+    ),
+    Option(
+        "--master-port",
+        "master_port",
+        port_number,
+        None,
+        "rendezvous port when --rdzv-endpoint is not given (static default 29500)",
+    ),
+    Option("--local-addr", "local_addr", str, "", "address of this node (default: its FQDN)"),
     Option(
         "--rdzv-backend", "rdzv_backend", str, "c10d", "rendezvous backend (c10d, static, etcd)"
     ),
@@ -120,15 +114,77 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rdzv-id", "rdzv_id", str, "", "rendezvous id (defaults to the job id)"),
     Option("--rdzv-conf", "rdzv_conf", str, "", "extra rendezvous config k1=v1,k2=v2"),
     Option("--job-id", "job_id", str, "", "job id: names the log folder and the history"),
-    Option("--max-restarts", "max_restarts", _non_negative_int, 3, "job-level restart budget"),
-    Option(
-        "--monitor-interval", "monitor_interval", _positive_float, 0.1, "seconds between checks"
-    ),
+    Option("--max-restarts", "max_restarts", non_negative_int, 3, "job-level restart budget"),
+    Option("--monitor-interval", "monitor_interval", positive_float, 0.1, "seconds between checks"),
     Option("--log-dir", "log_dir", str, "relaunch-logs", "root of the per-cycle logs"),
+    Option(
+        "--start-method",
+        "start_method",
+        str,
+        "spawn",
+        "how workers are started",
+        choices=START_METHODS,
+    ),
+    Option("--role", "role", str, "default", "role of the workers (shown in the tee prefix)"),
+    Option(
+        "--module",
+        "module",
+        boolean,
+        False,
+        "run the script as a Python module (python -m)",
+        is_flag=True,
+        aliases=("-m",),
+    ),
+    Option(
+        "--no-python",
+        "no_python",
+        boolean,
+        False,
+        "run the script as an executable, without python",
+        is_flag=True,
+    ),
+    Option(
+        "--run-path",
+        "run_path",
+        boolean,
+        False,
+        "run the script with runpy.run_path in the worker's interpreter",
+        is_flag=True,
+    ),
+    Option(
+        "--redirects",
+        "redirects",
+        std_spec,
+        "0",
+        "worker streams kept off the console, cycle log only (0-3 or LOCAL_RANK:0-3,...)",
+        aliases=("-r",),
+    ),
+    Option(
+        "--tee",
+        "tee",
+        std_spec,
+        "0",
+        "worker streams on the console with a rank prefix (0-3 or LOCAL_RANK:0-3,...)",
+        aliases=("-t",),
+    ),
+    Option(
+        "--local-ranks-filter",
+        "local_ranks_filter",
+        ranks_filter_spec,
+        "",
+        "only these local ranks on the console, e.g. 0 or 0,1 (cycle logs keep all)",
+    ),
+    Option(
+        "--log-line-prefix-template",
+        "log_line_prefix_template",
+        prefix_template,
+        "",
+        "console prefix of teed lines, with ${role_name}, ${rank}, ${local_rank}",
+    ),
     Option(
         "--ft-attribution-endpoint",
         "ft_attribution_endpoint",
-        _endpoint,
+        endpoint_spec,
         "embedded",
         "embedded | http://HOST:PORT | unix:///PATH | off",
     ),
@@ -152,7 +208,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-heartbeat-timeout",
         "ft_heartbeat_timeout",
-        _optional_float,
+        optional_float,
         60.0,
         "a rank silent this long after a heartbeat is hung (off: none)",
         aliases=("--ft-rank-heartbeat-timeout",),
@@ -160,7 +216,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-initial-heartbeat-timeout",
         "ft_initial_heartbeat_timeout",
-        _optional_float,
+        optional_float,
         300.0,
         "allowed silence before a rank's first heartbeat (initialisation)",
         aliases=("--ft-initial-rank-heartbeat-timeout",),
@@ -168,16 +224,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-rank-section-timeouts",
         "ft_rank_section_timeouts",
-        _section_timeouts,
+        section_timeouts,
         {},
         "NAME:SECONDS,...: a rank inside section NAME longer than SECONDS is hung",
     ),
     Option(
         "--workers-stop-timeout",
         "workers_stop_timeout",
-        _positive_float,
+        positive_float,
         15.0,
         "seconds between SIGTERM and SIGKILL when stopping workers",
+        aliases=("--shutdown-timeout",),  # torchrun's name
     ),
     Option(
         "--ft-node-health-check-endpoint",
@@ -198,11 +255,26 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "--ft-keep-rank-logs",
         "ft_keep_rank_logs",
-        _bool,
+        boolean,
         False,
         "keep the raw per-rank spool files next to the cycle logs",
         is_flag=True,
     ),
+    Option(
+        "--ft-rdzv-impl",
+        "ft_rdzv_impl",
+        rdzv_impl,
+        "barrier",
+        "NVRx rendezvous implementation (accepted: barrier)",
+    ),
+    Option(
+        "--ft-restart-policy",
+        "ft_restart_policy",
+        restart_policy,
+        "any-failed",
+        "(deprecated, as in NVRx) only any-failed",
+    ),
+    *_policy_options(),
 )
 
 _BY_DEST = {o.dest: o for o in OPTIONS}
@@ -237,8 +309,34 @@ class RunSettings:
     ft_gpu_health: str = "auto"
     ft_log_funnel: str = ""
     ft_keep_rank_logs: bool = False
+    standalone: bool = False
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    local_addr: str = ""
+    start_method: str = "spawn"
+    role: str = "default"
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    redirects: str = "0"
+    tee: str = "0"
+    local_ranks_filter: str = ""
+    log_line_prefix_template: str = ""
+    ft_rdzv_impl: str = "barrier"
+    ft_restart_policy: str = "any-failed"
+    ft_max_no_progress_restarts: int = field(
+        default_factory=lambda: _BY_DEST["ft_max_no_progress_restarts"].default
+    )
+    ft_same_root_retries: int = field(
+        default_factory=lambda: _BY_DEST["ft_same_root_retries"].default
+    )
+    ft_workload_recurrence_stop: int = field(
+        default_factory=lambda: _BY_DEST["ft_workload_recurrence_stop"].default
+    )
+    ft_max_no_progress_cycles: int | None = None
     llm_config: Any | None = None
     sources: dict[str, str] = field(default_factory=dict)  # dest -> default|yaml|cli
+    warnings: list[str] = field(default_factory=list)  # one line each, printed before start
 
     @property
     def min_nodes(self) -> int:
@@ -262,14 +360,68 @@ class RunSettings:
     def audit_dir(self) -> str:
         return self.ft_audit_dir or str((Path(self.log_dir) / "audit").resolve())
 
+    def policy(self) -> Any:  # -> restart_agent.model.PolicyConfig
+        """The verdict policy thresholds (`--ft-max-no-progress-restarts`, ...)."""
+        return build_policy({p.dest: getattr(self, p.dest) for p in POLICY_OPTIONS})
+
+    def console_spec(self) -> Any:  # -> launcher.console.ConsoleSpec
+        from launcher.console import ConsoleSpec, parse_ranks_filter, parse_std
+
+        return ConsoleSpec(
+            redirects=parse_std(self.redirects),
+            tee=parse_std(self.tee),
+            ranks_filter=parse_ranks_filter(self.local_ranks_filter),
+            role=self.role,
+            template=self.log_line_prefix_template,
+        )
+
+    def worker_command(self) -> tuple[Any, tuple[str, ...]]:
+        """(entrypoint, args) of every worker, as torchrun builds them."""
+        if self.run_path:  # takes precedence over --no-python, as in torchrun
+            from torch.distributed.run import run_script_path
+
+            return run_script_path, (os.path.abspath(self.script), *self.script_args)
+        if self.no_python:
+            return self.script, tuple(self.script_args)
+        python = os.environ.get("PYTHON_EXEC", sys.executable)
+        module = ("-m",) if self.module else ()
+        return python, ("-u", *module, self.script, *self.script_args)
+
+    def check_script(self) -> str | None:
+        """Why the training script cannot start, or None (a module is found by the worker)."""
+        if self.module and not self.run_path:
+            return None
+        if self.no_python and not self.run_path:
+            if os.sep in self.script:
+                if os.path.isfile(self.script) and os.access(self.script, os.X_OK):
+                    return None
+                return f"executable not found or not executable: {self.script}"
+            if shutil.which(self.script) is None:
+                return f"executable not found on PATH: {self.script}"
+            return None
+        if not os.path.isfile(self.script):
+            return f"training script not found: {self.script}"
+        return None
+
+
+def spellings(o: Option) -> list[str]:
+    """Every command-line spelling of an option: its flag and aliases, torchrun's
+    underscore forms (`--nproc_per_node`) and NVRx's (`--ft-rdzv_impl`)."""
+    flags: list[str] = []
+    for flag in (o.flag, *o.aliases):
+        forms = [flag]
+        if flag.startswith("--"):
+            forms.append("--" + flag[2:].replace("-", "_"))
+            if flag.startswith("--ft-"):
+                forms.append("--ft-" + flag[5:].replace("-", "_"))
+        flags.extend(f for f in forms if f not in flags)
+    return flags
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every option with `default=SUPPRESS`, so omitted options stay absent."""
     for o in OPTIONS:
-        flags = [o.flag, *o.aliases]
-        underscore = "--" + o.flag[2:].replace("-", "_")
-        if underscore != o.flag:
-            flags.append(underscore)  # torchrun also accepts --nproc_per_node
+        flags = spellings(o)
         if o.is_flag:
             parser.add_argument(
                 *flags, dest=o.dest, action="store_true", default=argparse.SUPPRESS, help=o.help
@@ -297,62 +449,6 @@ def _argparse_type(o: Option) -> Callable[[str], Any]:
     return convert
 
 
-def _aliases() -> dict[str, str]:
-    text = resources.files("launcher").joinpath("config_aliases.yaml").read_text("utf-8")
-    data = yaml.safe_load(text) or {}
-    return {str(k): str(v) for k, v in (data.get("aliases") or {}).items()}
-
-
-def _yaml_text(value: Any, opt: Option) -> str:
-    """YAML 1.1 reads `off`/`on` as booleans; give them back their words."""
-    if isinstance(value, dict):
-        return ",".join(f"{k}:{v}" for k, v in value.items())
-    if isinstance(value, bool):
-        if opt.type is _bool:
-            return str(value).lower()
-        return "on" if value else "off"
-    return str(value)
-
-
-def load_yaml(path: str) -> dict[str, Any]:
-    """Read `--ft-cfg-path`; returns {dest: converted value}. Raises ConfigError."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of option names to values")
-    if isinstance(data.get("fault_tolerance"), dict):
-        nested = data.pop("fault_tolerance")
-        data = {**data, **nested}
-    aliases = _aliases()
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = str(key).lstrip("-").replace("-", "_")
-        name = aliases.get(name, name)
-        if name not in _BY_DEST:
-            raise ConfigError(f"config file {path}: unknown option {key!r}")
-        opt = _BY_DEST[name]
-        if value is None and name in ("ft_heartbeat_timeout", "ft_initial_heartbeat_timeout"):
-            out[name] = None
-            continue
-        try:
-            converted = opt.type(_yaml_text(value, opt))
-        except ValueError as exc:
-            raise ConfigError(f"config file {path}: {key}: {value!r}: {exc}") from None
-        if opt.choices and converted not in opt.choices:
-            raise ConfigError(f"config file {path}: {key}: {value!r} is not one of {opt.choices}")
-        out[name] = converted
-    return out
-
-
 def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     """Merge defaults < YAML < CLI into a checked `RunSettings`."""
     settings = RunSettings()
@@ -360,7 +456,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     for o in OPTIONS:
         settings.sources[o.dest] = "default"
     if yaml_path:
-        for name, value in load_yaml(yaml_path).items():
+        for name, value in _load_yaml(yaml_path, _BY_DEST, settings.warnings).items():
             setattr(settings, name, value)
             settings.sources[name] = "yaml"
     for name, value in cli.items():
@@ -374,6 +470,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
         settings.rdzv_id = settings.job_id
     if "/" in settings.job_id or settings.job_id in (".", ".."):
         raise ConfigError(f"--job-id {settings.job_id!r}: must not contain '/'")
+    _torchrun_compat(settings)
     if settings.max_nodes > 1 and not settings.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint HOST:PORT is required when --nnodes allows > 1 node")
     if settings.ft_log_funnel and (
@@ -391,4 +488,36 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
             raise ConfigError(f"--ft-node-health-check-endpoint: {exc}") from None
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
+    try:
+        settings.policy()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return settings
+
+
+_RANK = {"default": 0, "yaml": 1, "cli": 2}
+
+
+def _torchrun_compat(settings: RunSettings) -> None:
+    """torchrun's and NVRx's spellings -> the settings relaunch acts on."""
+    s = settings
+    if s.module and s.no_python and not s.run_path:
+        raise ConfigError("--module and --no-python cannot be used together (as in torchrun)")
+    if s.standalone:
+        if s.max_nodes > 1:
+            raise ConfigError("--standalone is for single-node jobs (--nnodes 1)")
+        # as torchrun: a local c10d store; explicit rendezvous values are replaced
+        s.rdzv_backend = "c10d"
+        s.rdzv_endpoint = f"127.0.0.1:{s.master_port or 0}"
+    elif not s.rdzv_endpoint and (s.master_port is not None or s.rdzv_backend == "static"):
+        # NVRx (and torchrun for static): --master-addr:--master-port is the endpoint
+        s.rdzv_endpoint = f"{s.master_addr}:{s.master_port or STATIC_MASTER_PORT}"
+    if s.sources.get("ft_restart_policy", "default") != "default":
+        s.warnings.append(
+            "--ft-restart-policy is deprecated (as in NVRx): any-failed is the only policy"
+        )
+    cycles = s.ft_max_no_progress_cycles
+    source = s.sources.get("ft_max_no_progress_cycles", "default")
+    if cycles is not None and _RANK[source] >= _RANK[s.sources["ft_max_no_progress_restarts"]]:
+        s.ft_max_no_progress_restarts = cycles
+        s.sources["ft_max_no_progress_restarts"] = source

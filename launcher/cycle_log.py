@@ -4,9 +4,11 @@ Owns the `LineSink` protocol (where finished lines go: a local file, or the gRPC
 funnel of `launcher.funnel`), the `RankLogsSpecs` that tells torch.distributed.elastic to
 redirect each worker's stdout/stderr into a private spool file, and `CycleLog`: one
 writer thread per node that tails the spool files, cuts them into whole lines (robust to
-partial and huge lines), prefixes them with `[rank R]: ` and writes them, together with
-the launcher's own `[relaunch] ` event lines, to the sink. Only this thread writes, so
-lines of different ranks are never torn or interleaved mid-line.
+partial and huge lines), prefixes them with `[rankR]: ` (torch's own per-rank prefix)
+and writes them, together with the launcher's own `[relaunch] ` event lines, to the sink.
+Only this thread writes, so lines of different ranks are never torn or interleaved
+mid-line. The same thread hands each worker line to the optional `launcher.console`
+echo (torchrun's `--tee`/`--redirects` on the launcher's console).
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
+
+if TYPE_CHECKING:
+    from launcher.console import Console
 
 LAUNCHER_PREFIX = "[relaunch] "
 MAX_LINE_BYTES = 1 << 20  # a longer line is cut into pieces of this size, each prefixed
@@ -98,10 +103,17 @@ class RankLogsSpecs(LogsSpecs):
         return dest
 
 
+def rank_prefix(rank: int) -> str:
+    """`[rank3]: `: the prefix of a worker line in the cycle log (torch's own form)."""
+    return f"[rank{rank}]: "
+
+
 @dataclass
 class _Source:
     rank: int
     path: str
+    local_rank: int = 0
+    stream: str = "out"  # "out" or "err"
     fd: int | None = None
     partial: bytes = b""
 
@@ -158,8 +170,10 @@ class CycleLog:
         keep_spool: bool = False,
         fallback_path: str | os.PathLike[str] | None = None,
         on_sink_error: Callable[[str], None] | None = None,
+        console: Console | None = None,
     ) -> None:
         self.sink = sink
+        self._console = console
         self._fallback_path = fallback_path
         self._on_sink_error = on_sink_error
         self.sink_error: str | None = None
@@ -201,7 +215,7 @@ class CycleLog:
             for local_rank, global_rank in sorted(ranks.items()):
                 for ext in ("out", "err"):
                     path = os.path.join(spool_dir, f"{local_rank}.{ext}")
-                    self._sources.append(_Source(global_rank, path))
+                    self._sources.append(_Source(global_rank, path, local_rank, ext))
 
     def event(self, text: str, *, wait: bool = False) -> None:
         """Queue a `[relaunch] TEXT` line; with wait=True return once it is written."""
@@ -214,14 +228,19 @@ class CycleLog:
         wrote = False
         with self._lock:
             sources = list(self._sources)
+        console = self._console
         for src in sources:
-            torch_prefix = f"[rank{src.rank}]: "
+            prefix = rank_prefix(src.rank)
             for raw in src.finish() if final else src.read_available():
-                text = _decode(raw)
-                if text.startswith(torch_prefix):  # torch's own excepthook prefix: redundant
-                    text = text[len(torch_prefix) :]
-                self._write(f"[rank {src.rank}]: {text}")
+                text = body = _decode(raw)
+                if body.startswith(prefix):  # torch's own excepthook prefix: redundant
+                    body = body[len(prefix) :]
+                self._write(prefix + body)
+                if console is not None:
+                    console.echo(src.local_rank, src.rank, src.stream, text, body)
                 wrote = True
+        if wrote and console is not None:
+            console.flush()
         return wrote
 
     def _write_events(self) -> bool:

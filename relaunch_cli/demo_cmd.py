@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "ft_initial_heartbeat_timeout": 120.0,
             "workers_stop_timeout": 5.0,
             "ft_gpu_health": "off",
+            "redirects": "3",  # worker output stays in the cycle logs; the demo tells the story
         }
     )
     print(f"relaunch demo: job {job_id}: 2 ranks, gloo on CPU, work dir {work}", flush=True)

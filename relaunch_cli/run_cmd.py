@@ -1,22 +1,48 @@
 """`relaunch run`: parse torchrun-style and `--ft-*` flags, resolve the config, launch.
 
 Options come from `launcher.config` (one table for the CLI and the YAML file); the job
-itself is `launcher.agent.launch`. Exit codes are documented in docs/launcher.md.
+itself is `launcher.agent.launch`. Exit codes are documented in docs/launcher.md. A usage
+error is one line (`relaunch run: error: ...`, exit 2), never the whole usage; an unknown
+flag names the closest valid one.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
+import sys
+from typing import NoReturn
 
 from relaunch_cli import llm_options
 from relaunch_cli.errors import UserError
+
+EXIT_USAGE = 2
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but an error is one line on stderr (exit 2) with a did-you-mean hint."""
+
+    def error(self, message: str) -> NoReturn:
+        m = re.match(r"unrecognized arguments: (\S+)", message)
+        if m:
+            flag = m.group(1).split("=", 1)[0]
+            message = f"unknown option {flag}{self.hint(flag)}"
+        else:  # "argument --tee/-t/...: X" -> "--tee: X"
+            message = re.sub(r"^argument ([^/:\s]+)(?:/[^:\s]+)*:", r"\1:", message)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def hint(self, flag: str) -> str:
+        known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        return f" (did you mean {close[0]}?)" if close else f" (see {self.prog} --help)"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     from launcher import config
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=prog,
         description="Launch and supervise a fault-tolerant torch.distributed training job.",
         epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error, "
@@ -45,8 +71,9 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
         settings = config.resolve(cli, args.ft_cfg_path)
     except config.ConfigError as exc:
         raise UserError(str(exc)) from None
-    if not os.path.isfile(settings.script):
-        raise UserError(f"training script not found: {settings.script}")
+    problem = settings.check_script()
+    if problem:
+        raise UserError(problem)
     try:
         settings.job_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -64,6 +91,8 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    for warning in settings.warnings:
+        print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
     from launcher.agent import launch
 
     return launch(settings)

@@ -92,6 +92,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "/static) without the token; the API and /logs still require it",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_policy_arguments(p)
     llm_options.add_arguments(p)
     try:
         from attribution.notify import slack
@@ -100,6 +101,31 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover - Slack module is part of the install
         pass
     return p
+
+
+def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """The verdict thresholds, named as `relaunch run`'s `--ft-*` flags without `ft-`."""
+    from attribution.policy_config import POLICY_OPTIONS
+
+    for opt in POLICY_OPTIONS:
+        flags = [f"--{opt.name}", f"--{opt.name.replace('-', '_')}"]
+        p.add_argument(
+            *flags,
+            dest=opt.dest,
+            metavar="N",
+            default=None,
+            help=f"{opt.help} (0-1000, default {opt.default()})",
+        )
+
+
+def policy_from_args(args: argparse.Namespace):  # -> restart_agent.model.PolicyConfig
+    from attribution.policy_config import POLICY_OPTIONS, build_policy
+
+    values = {o.dest: getattr(args, o.dest, None) for o in POLICY_OPTIONS}
+    try:
+        return build_policy(values)
+    except ValueError as exc:  # names the run flag; say the serve one
+        raise UserError(str(exc).replace("--ft-", "--", 1)) from None
 
 
 def _read_token(path: str) -> str:
@@ -154,7 +180,9 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         slack = slack_mod.from_args(args)
     except ImportError:  # pragma: no cover
         slack = None
+    policy = policy_from_args(args)
     return ServiceSettings(
+        policy=policy,
         db_url=args.db,
         allowed_roots=roots,
         token=_read_token(args.token_file) if args.token_file else None,

@@ -72,17 +72,17 @@ def test_cycle_log_whole_lines_from_concurrent_writers(tmp_path: Path) -> None:
     assert sink.closed
     assert not spool.exists()  # the spool is removed once merged
     for rank, local in ((4, 0), (5, 1)):
-        got = [ln for ln in sink.lines if ln.startswith(f"[rank {rank}]: local")]
-        want = [f"[rank {rank}]: local {local} line {i} " + "x" * (i % 50) for i in range(300)]
+        got = [ln for ln in sink.lines if ln.startswith(f"[rank{rank}]: local")]
+        want = [f"[rank{rank}]: local {local} line {i} " + "x" * (i % 50) for i in range(300)]
         assert got == want
-        assert f"[rank {rank}]: tail without newline" in sink.lines
+        assert f"[rank{rank}]: tail without newline" in sink.lines
     assert [ln for ln in sink.lines if ln.startswith("[relaunch] event")] == [
         f"[relaunch] event {i}" for i in range(20)
     ]
-    assert "[rank 4]: \ufffd\ufffd bad utf8" in sink.lines
-    assert "[rank 4]: torch prefixed line" in sink.lines
-    huge = [ln for ln in sink.lines if ln.startswith("[rank 5]: HHH")]
-    assert [len(ln) - len("[rank 5]: ") for ln in huge] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 5]
+    assert "[rank4]: \ufffd\ufffd bad utf8" in sink.lines
+    assert "[rank4]: torch prefixed line" in sink.lines
+    huge = [ln for ln in sink.lines if ln.startswith("[rank5]: HHH")]
+    assert [len(ln) - len("[rank5]: ") for ln in huge] == [MAX_LINE_BYTES, MAX_LINE_BYTES, 5]
 
 
 def test_cycle_log_event_waits_and_multiline(tmp_path: Path) -> None:
@@ -261,7 +261,10 @@ def test_db_url_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     ("text", "message"),
     [
         ("- a\n- b\n", "expected a mapping"),
-        ("bogus_option: 1\n", "unknown option 'bogus_option'"),
+        ("tee: 9\n", "tee: 9: expected 0-3"),
+        ("fault_tolerance:\n  restart_policy: min-healthy\n", "only any-failed"),
+        ("fault_tolerance:\n  rdzv_impl: legacy\n", "barrier is the only implementation"),
+        ("fault_tolerance:\n  max_no_progress_restarts: 1001\n", "between 0 and 1000"),
         ("max_restarts: -1\n", "max_restarts: -1: must be >= 0"),
         ("ft_attribution_endpoint: ftp://x\n", "must be embedded, off"),
         ("ft_attribution_stop_action: maybe\n", "is not one of"),
@@ -459,3 +462,194 @@ def test_a_re_decided_restart_withdraws_a_stop_not_yet_applied() -> None:
     agent._stop_applied = True
     agent._on_verdict(again)
     assert agent.stop_verdict is stop
+
+
+# -- torchrun compatibility: console semantics, spellings, policy thresholds ----------
+
+
+@pytest.mark.parametrize("redirects", ["0", "1", "3", "0:2,1:1"])
+@pytest.mark.parametrize("tee", ["0", "2", "3", "1:3"])
+@pytest.mark.parametrize("ranks_filter", ["", "0", "1"])
+def test_console_shows_what_torchrun_shows(
+    tmp_path: Path, redirects: str, tee: str, ranks_filter: str
+) -> None:
+    """Our console decision equals torch elastic's own DefaultLogsSpecs for the same values:
+    tailed (tee) -> prefixed, inherited console stream -> raw, file or /dev/null -> hidden."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
+
+    from launcher.console import Console, ConsoleSpec, parse_ranks_filter, parse_std
+
+    ranks = parse_ranks_filter(ranks_filter)
+    torch_specs = DefaultLogsSpecs(
+        log_dir=str(tmp_path),
+        redirects=Std.from_str(redirects),
+        tee=Std.from_str(tee),
+        local_ranks_filter=set(ranks) or None,
+    )
+    dest = torch_specs.reify({lr: {"TORCHELASTIC_RUN_ID": "t"} for lr in range(2)})
+    console = Console(
+        ConsoleSpec(redirects=parse_std(redirects), tee=parse_std(tee), ranks_filter=ranks), 2
+    )
+    for lr in range(2):
+        for stream, files, tees in (
+            ("out", dest.stdouts, dest.tee_stdouts),
+            ("err", dest.stderrs, dest.tee_stderrs),
+        ):
+            expected = "prefixed" if lr in tees else "raw" if files[lr] == "" else "hidden"
+            assert console.mode(lr, stream) == expected, (lr, stream)
+
+
+def test_console_prefixes() -> None:
+    import io
+
+    from launcher.console import Console, ConsoleSpec, Std
+
+    out, err = io.StringIO(), io.StringIO()
+    c = Console(ConsoleSpec(tee=Std.ALL), 2, out, err)
+    c.echo(1, 5, "out", "step 1", "step 1")
+    c.echo(1, 5, "err", "[rank5]: Traceback", "Traceback")  # torch's prefix, not twice
+    c = Console(ConsoleSpec(tee=Std.OUT, role="trainer"), 2, out, err)
+    c.echo(1, 5, "out", "[rank5]: x", "x")  # torchrun's header, line as written
+    c = Console(ConsoleSpec(tee=Std.OUT, template="<${role_name}:${rank}/${local_rank}> "), 2, out)
+    c.echo(0, 4, "out", "y", "y")
+    c = Console(ConsoleSpec(), 2, out)
+    c.echo(0, 4, "out", "raw line", "raw line")
+    assert out.getvalue().splitlines() == [
+        "[rank5]: step 1",
+        "[trainer1]:[rank5]: x",
+        "<default:4/0> y",
+        "raw line",
+    ]
+    assert err.getvalue().splitlines() == ["[rank5]: Traceback"]
+
+
+@pytest.mark.parametrize(
+    ("cli", "message"),
+    [
+        ({"tee": "4"}, None),
+        ({"redirects": "0:1,x"}, None),
+        ({"local_ranks_filter": "a"}, None),
+        ({"log_line_prefix_template": "${nope}"}, None),
+        ({"standalone": True, "nnodes": "1:2", "rdzv_endpoint": "h:1"}, "single-node"),
+        ({"module": True, "no_python": True}, "cannot be used together"),
+    ],
+)
+def test_bad_torchrun_values_are_clear_errors(cli: dict, message: str | None) -> None:
+    parser = __import__("argparse").ArgumentParser()
+    config.add_arguments(parser)
+    if message is None:  # rejected by the option's type, as argparse reports it
+        ((name, value),) = cli.items()
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(SystemExit):
+            parser.parse_args([flag, value])
+        return
+    with pytest.raises(config.ConfigError, match=message):
+        config.resolve(cli)
+
+
+def test_rendezvous_endpoint_from_torchrun_spellings() -> None:
+    assert config.resolve({}).rdzv_endpoint == "127.0.0.1:0"
+    s = config.resolve({"standalone": True, "master_port": 29811, "rdzv_backend": "etcd"})
+    assert (s.rdzv_backend, s.rdzv_endpoint) == ("c10d", "127.0.0.1:29811")
+    s = config.resolve({"master_addr": "10.0.0.1", "master_port": 29812, "nnodes": "2"})
+    assert s.rdzv_endpoint == "10.0.0.1:29812"  # NVRx: also for c10d, multi-node allowed
+    assert config.resolve({"rdzv_backend": "static"}).rdzv_endpoint == "127.0.0.1:29500"
+    s = config.resolve({"master_port": 1, "rdzv_endpoint": "h:2"})
+    assert s.rdzv_endpoint == "h:2"  # an explicit endpoint wins
+
+
+def test_worker_command_like_torchrun() -> None:
+    s = config.resolve({"script": "pkg.mod", "script_args": ["a"], "module": True})
+    assert s.worker_command() == (sys.executable, ("-u", "-m", "pkg.mod", "a"))
+    s = config.resolve({"script": "/bin/true", "script_args": ["a"], "no_python": True})
+    assert s.worker_command() == ("/bin/true", ("a",))
+    assert s.check_script() is None
+    s = config.resolve({"script": "no-such-exe-here", "no_python": True})
+    assert "not found on PATH" in (s.check_script() or "")
+    s = config.resolve({"script": "t.py", "run_path": True, "no_python": True})
+    entry, args = s.worker_command()
+    assert entry.__name__ == "run_script_path" and args == (os.path.abspath("t.py"),)
+
+
+def test_nvrx_yaml_section_precedence_and_warnings(tmp_path: Path) -> None:
+    cfg = tmp_path / "megatron.yaml"
+    cfg.write_text(
+        "model:\n  layers: 2\n"
+        "training:\n  fault_tolerance:\n"
+        "    rank_heartbeat_timeout: 120\n    initial_rank_heartbeat_timeout: 900\n"
+        "    restart_policy: any-failed\n    rdzv_impl: barrier\n"
+        "    max_no_progress_cycles: 4\n    same_root_retries: 2\n"
+        "    min_progress_iterations: 1\n    safety_factor: 5\n    tee: 3\n"
+        "    rank_hartbeat_timeout: 5\n"
+    )
+    s = config.resolve({"ft_same_root_retries": 7}, str(cfg))
+    assert (s.ft_heartbeat_timeout, s.ft_initial_heartbeat_timeout) == (120.0, 900.0)
+    assert s.tee == "3" and s.ft_rdzv_impl == "barrier"
+    assert s.ft_max_no_progress_restarts == 4  # NVRx spelling, from YAML
+    assert s.ft_same_root_retries == 7 and s.sources["ft_same_root_retries"] == "cli"
+    assert s.policy().job_no_progress_ceiling == 4
+    assert s.policy().same_root_no_progress_retries == 7
+    warnings = "\n".join(s.warnings)
+    assert "'min_progress_iterations' ignored" in warnings
+    assert "'safety_factor' ignored" in warnings
+    assert "unknown option 'rank_hartbeat_timeout' ignored" in warnings
+    assert "did you mean 'rank_heartbeat_timeout'" in warnings
+    assert "--ft-restart-policy is deprecated" in warnings
+    assert len(s.warnings) == 4
+    # the model's keys outside the section are not options and are not reported
+    assert "layers" not in warnings
+
+
+def test_policy_thresholds_and_nvrx_no_progress_cycles(tmp_path: Path) -> None:
+    p = config.resolve({}).policy()
+    assert (p.same_root_no_progress_retries, p.job_no_progress_ceiling) == (3, 5)
+    s = config.resolve(
+        {"ft_max_no_progress_restarts": 2, "ft_workload_recurrence_stop": 0},
+    )
+    assert s.policy().job_no_progress_ceiling == 2 and s.policy().workload_recurrence_stop == 0
+    parser = __import__("argparse").ArgumentParser()
+    config.add_arguments(parser)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_no_progress_restarts: 6\n")
+    cli = vars(parser.parse_args(["--ft-max-no-progress-cycles", "0"]))  # NVRx: 0 = no ceiling
+    assert config.resolve(cli, str(cfg)).policy().job_no_progress_ceiling == 1000
+    cfg.write_text("max_no_progress_cycles: -1\n")
+    assert config.resolve({}, str(cfg)).policy().job_no_progress_ceiling == 1000
+    s = config.resolve({"ft_max_no_progress_restarts": 3, "ft_max_no_progress_cycles": 9})
+    assert s.policy().job_no_progress_ceiling == 9  # same level: NVRx spelling applied last
+    for bad in ("-1", "1001", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--ft-same-root-retries", bad])
+
+
+def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
+    from relaunch_cli import serve_cmd
+
+    args = serve_cmd.build_parser("relaunch serve").parse_args(
+        ["--max-no-progress-restarts", "7", "--same_root_retries", "2"]
+    )
+    policy = serve_cmd.settings_from_args(args).policy
+    assert (policy.job_no_progress_ceiling, policy.same_root_no_progress_retries) == (7, 2)
+    assert policy.workload_recurrence_stop == 1  # default kept
+    r = run_relaunch(tmp_path, ["--same-root-retries", "2000", "--port", "0"], cmd="serve")
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "relaunch serve: error: --same-root-retries '2000': must be between 0 and 1000"
+    ]
+
+
+def test_nproc_per_node_words_like_torchrun() -> None:
+    import torch
+
+    parser = __import__("argparse").ArgumentParser()
+    config.add_arguments(parser)
+    assert parser.parse_args(["--nproc_per_node", "cpu"]).nproc_per_node == os.cpu_count()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    auto = parser.parse_args(["--nproc-per-node", "auto"]).nproc_per_node
+    assert auto == (gpus or os.cpu_count())
+    for bad in ("0", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--nproc-per-node", bad])
+    if gpus == 0:
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--nproc-per-node", "gpu"])

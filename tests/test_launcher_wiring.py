@@ -40,8 +40,8 @@ def test_cycle_logs_go_to_the_funnel_writer(tmp_path: Path) -> None:
     log0 = (root / "cycle_0.log").read_text()
     assert "[relaunch] rank 1 killed by signal SIGKILL" in log0
     for line in log0.splitlines():
-        assert re.match(r"^(\[rank \d\]: |\[relaunch\] )", line), line
-    assert "[rank 0]: hello from rank 0 of 2 in cycle 0" in log0
+        assert re.match(r"^(\[rank\d\]: |\[relaunch\] )", line), line
+    assert "[rank0]: hello from rank 0 of 2 in cycle 0" in log0
 
 
 def test_bad_funnel_address_is_a_usage_error(tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
     seen = {}
     for k in (0, 1):
         text = (tmp_path / "logs" / "two" / f"cycle_0.node{k}.log").read_text()
-        m = re.search(r"^\[rank (\d)\]: hello from rank \1 of 2 in cycle 0 pid \d+$", text, re.M)
+        m = re.search(r"^\[rank(\d)\]: hello from rank \1 of 2 in cycle 0 pid \d+$", text, re.M)
         assert m, text
         seen[k] = int(m.group(1))
         assert f"[relaunch] cycle 0 start: job=two node={k} " in text

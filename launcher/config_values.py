@@ -1,0 +1,156 @@
+"""Value types of `relaunch run`'s options: each converts the text of a command-line
+value or a YAML value and raises ValueError with a one-line reason (the CLI and the YAML
+loader put the option's name in front). Also `ConfigError`, the error of a bad setting.
+"""
+
+from __future__ import annotations
+
+from attribution.policy_config import MAX_VALUE, bounded_int
+
+
+class ConfigError(ValueError):
+    """A bad option value or config file; the CLI turns it into a one-line error."""
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be >= 1")
+    return value
+
+
+def nproc_spec(text: str) -> int:
+    """torchrun's `--nproc-per-node`: N, or `cpu`, `gpu`, `auto` (GPUs if any, else CPUs)."""
+    word = str(text).strip().lower()
+    if word not in ("cpu", "gpu", "auto"):
+        try:
+            return positive_int(word)
+        except ValueError:
+            raise ValueError("must be a number >= 1, cpu, gpu or auto") from None
+    import os
+
+    gpus = 0
+    if word != "cpu":
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if word == "gpu" and gpus == 0:
+        raise ValueError("gpu: no CUDA device is available")
+    return gpus or os.cpu_count() or 1
+
+
+def nnodes_spec(text: str) -> str:
+    parts = str(text).split(":")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+        raise ValueError("must be N or MIN:MAX")
+    lo, hi = int(parts[0]), int(parts[-1])
+    if not 0 < lo <= hi:
+        raise ValueError("must satisfy 0 < MIN <= MAX")
+    return str(text)
+
+
+def endpoint_spec(text: str) -> str:
+    text = str(text).strip()
+    if text in ("embedded", "off") or text.startswith(("http://", "https://")):
+        return text
+    if text.startswith("unix://") and len(text) > len("unix://"):
+        return text
+    raise ValueError("must be embedded, off, http://HOST:PORT or unix:///PATH")
+
+
+def boolean(text: str) -> bool:
+    low = str(text).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def section_timeouts(text: str) -> dict[str, float]:
+    """`setup:900,step:120` -> {"setup": 900.0, "step": 120.0}."""
+    out: dict[str, float] = {}
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition(":")
+        if not sep or not name.strip():
+            raise ValueError("expected NAME:SECONDS[,NAME:SECONDS...]")
+        out[name.strip()] = positive_float(value)
+    return out
+
+
+def std_spec(text: str) -> str:
+    from launcher.console import parse_std
+
+    parse_std(text)
+    return str(text).strip()
+
+
+def ranks_filter_spec(text: str) -> str:
+    from launcher.console import parse_ranks_filter
+
+    return ",".join(map(str, sorted(parse_ranks_filter(text))))
+
+
+def prefix_template(text: str) -> str:
+    from launcher.console import check_template
+
+    return check_template(str(text))
+
+
+def port_number(text: str) -> int | None:
+    if str(text).strip().lower() in ("", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("must be a port 0-65535") from None
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a port 0-65535")
+    return value
+
+
+def rdzv_impl(text: str) -> str:
+    value = str(text).strip()
+    if value == "legacy":
+        raise ValueError(
+            "the legacy rendezvous implementation was removed; barrier is the only implementation"
+        )
+    if value != "barrier":
+        raise ValueError("must be barrier (the only implementation)")
+    return value
+
+
+def restart_policy(text: str) -> str:
+    value = str(text).strip()
+    if value != "any-failed":
+        raise ValueError("only any-failed is supported (restart when any worker group fails)")
+    return value
+
+
+def nvrx_no_progress_cycles(text: str) -> int:
+    """NVRx's `max_no_progress_cycles`: 0 or -1 disable the ceiling (-> the maximum)."""
+    if str(text).strip() in ("0", "-1"):
+        return MAX_VALUE
+    return bounded_int(text)
+
+
+def optional_float(text: str) -> float | None:
+    if str(text).strip().lower() in ("none", "off", "0", ""):
+        return None
+    return positive_float(text)
