@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from attribution.policy_config import POLICY_OPTIONS, bounded_int, build_policy
+from attribution.policy_config import POLICY_OPTIONS, build_policy
 from launcher.config_values import (
     ConfigError,
     boolean,
@@ -65,7 +65,7 @@ class Option:
 def _policy_options() -> tuple[Option, ...]:
     out = []
     for p in POLICY_OPTIONS:
-        out.append(Option(f"--ft-{p.name}", p.dest, bounded_int, p.default(), p.help))
+        out.append(Option(f"--ft-{p.name}", p.dest, p.parse, p.default(), p.help))
     out.append(
         Option(
             "--ft-max-no-progress-cycles",
@@ -333,6 +333,7 @@ class RunSettings:
     ft_workload_recurrence_stop: int = field(
         default_factory=lambda: _BY_DEST["ft_workload_recurrence_stop"].default
     )
+    ft_startup_window: float = field(default_factory=lambda: _BY_DEST["ft_startup_window"].default)
     ft_max_no_progress_cycles: int | None = None
     llm_config: Any | None = None
     sources: dict[str, str] = field(default_factory=dict)  # dest -> default|yaml|cli

@@ -114,7 +114,7 @@ def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
             dest=opt.dest,
             metavar="N",
             default=None,
-            help=f"{opt.help} (0-1000, default {opt.default()})",
+            help=f"{opt.help} ({opt.bounds()}, default {opt.default():g})",
         )
 
 

@@ -275,7 +275,7 @@ class NodeHealthNote:
 
 
 # name -> (type, lowest, highest) of every PolicyConfig field (validated by from_mapping)
-_POLICY_LIMITS: dict[str, tuple[type, float, float]] = {
+POLICY_LIMITS: dict[str, tuple[type, float, float]] = {
     "same_root_no_progress_retries": (int, 1, 1000),
     "job_no_progress_ceiling": (int, 1, 1000),
     "workload_recurrence_stop": (int, 1, 1000),
@@ -301,15 +301,15 @@ class PolicyConfig:
             return cls()
         if not isinstance(d, dict):
             raise ValueError("policy config must be a mapping of field names to numbers")
-        unknown = sorted(str(k) for k in d if k not in _POLICY_LIMITS)
+        unknown = sorted(str(k) for k in d if k not in POLICY_LIMITS)
         if unknown:
             raise ValueError(
                 f"unknown policy config key(s): {', '.join(unknown)} "
-                f"(known: {', '.join(_POLICY_LIMITS)})"
+                f"(known: {', '.join(POLICY_LIMITS)})"
             )
         out: dict[str, Any] = {}
         for key, value in d.items():
-            typ, lo, hi = _POLICY_LIMITS[key]
+            typ, lo, hi = POLICY_LIMITS[key]
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if ok and typ is int and not (isinstance(value, int) or float(value).is_integer()):
                 ok = False

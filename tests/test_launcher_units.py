@@ -264,7 +264,7 @@ def test_db_url_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         ("tee: 9\n", "tee: 9: expected 0-3"),
         ("fault_tolerance:\n  restart_policy: min-healthy\n", "only any-failed"),
         ("fault_tolerance:\n  rdzv_impl: legacy\n", "barrier is the only implementation"),
-        ("fault_tolerance:\n  max_no_progress_restarts: 1001\n", "between 0 and 1000"),
+        ("fault_tolerance:\n  max_no_progress_restarts: 1001\n", "between 1 and 1000"),
         ("max_restarts: -1\n", "max_restarts: -1: must be >= 0"),
         ("ft_attribution_endpoint: ftp://x\n", "must be embedded, off"),
         ("ft_attribution_stop_action: maybe\n", "is not one of"),
@@ -604,9 +604,14 @@ def test_policy_thresholds_and_nvrx_no_progress_cycles(tmp_path: Path) -> None:
     p = config.resolve({}).policy()
     assert (p.same_root_no_progress_retries, p.job_no_progress_ceiling) == (3, 5)
     s = config.resolve(
-        {"ft_max_no_progress_restarts": 2, "ft_workload_recurrence_stop": 0},
+        {
+            "ft_max_no_progress_restarts": 2,
+            "ft_workload_recurrence_stop": 2,
+            "ft_startup_window": 30,
+        },
     )
-    assert s.policy().job_no_progress_ceiling == 2 and s.policy().workload_recurrence_stop == 0
+    assert s.policy().job_no_progress_ceiling == 2 and s.policy().workload_recurrence_stop == 2
+    assert s.policy().startup_window_s == 30.0
     parser = __import__("argparse").ArgumentParser()
     config.add_arguments(parser)
     cfg = tmp_path / "c.yaml"
@@ -617,9 +622,12 @@ def test_policy_thresholds_and_nvrx_no_progress_cycles(tmp_path: Path) -> None:
     assert config.resolve({}, str(cfg)).policy().job_no_progress_ceiling == 1000
     s = config.resolve({"ft_max_no_progress_restarts": 3, "ft_max_no_progress_cycles": 9})
     assert s.policy().job_no_progress_ceiling == 9  # same level: NVRx spelling applied last
-    for bad in ("-1", "1001", "x"):
+    for bad in ("-1", "0", "1001", "x", "nan"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--ft-same-root-retries", bad])
+    for bad in ("-1", "nan", "1e9"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--ft-startup-window", bad])
 
 
 def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
@@ -634,7 +642,7 @@ def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
     r = run_relaunch(tmp_path, ["--same-root-retries", "2000", "--port", "0"], cmd="serve")
     assert r.returncode == 2
     assert r.stderr.splitlines() == [
-        "relaunch serve: error: --same-root-retries '2000': must be between 0 and 1000"
+        "relaunch serve: error: --same-root-retries '2000': must be between 1 and 1000"
     ]
 
 
