@@ -7,12 +7,20 @@ returns one (so the service can open the database lazily or swap it in tests).
 Pages (all readable without JavaScript; `static/live.js` refreshes them while a job runs
 by fetching the same URL with `?fragment=1`, which returns only the page's content):
 
-- `/` jobs with state and last verdict, and the search form;
-- `/jobs/{job}` the cycle timeline and the progress plot (inline SVG);
-- `/jobs/{job}/cycles/{n}` verdict, primary evidence, folded cascades, fingerprint, rule,
-  budgets, FR findings, LLM explanation, and `/jobs/{job}/cycles/{n}/audit.json`;
+- `/` jobs with their deciding verdict, failing first; filters and state counts;
+- `/jobs/{job}` cycle timeline on a time axis, goodput, iterations over time, where
+  failures landed (rank/node strips), node-health notes, the cycle table (server SVG);
+- `/jobs/{job}/cycles/{n}` verdict, next step, the log excerpt around the primary line,
+  evidence, folded cascades, budgets, FR findings, LLM explanation, and
+  `/jobs/{job}/cycles/{n}/audit.json`;
+- `/jobs/{job}/cycles/{n}/log` the raw log with line anchors (`?around=N`, `?start=N`,
+  `?follow=1`), `.../log.txt` the file, `.../log/tail?offset=B` what was written after B
+  (JSON; `static/logtail.js` follows a running cycle's log with it);
 - `/search?fingerprint=&failure_class=&decision=` history search;
-- `/static/{name}` the stylesheet and script.
+- `/static/{name}` the stylesheet and scripts.
+
+Every page answers GET and HEAD. The log routes read only through `log_access`, which the
+service gives (its allowed-root checks); without it they answer 404.
 
 Everything printed is escaped by Jinja2 autoescaping (log text is untrusted), and every
 page carries a Content-Security-Policy that allows only the dashboard's own script.
@@ -25,6 +33,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,7 +43,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from storage import dashboard_queries
-from web import views
+from web import charts, logview, views
+from web.advice import next_step
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -46,7 +56,12 @@ SEARCH_LIMIT = 200
 # Every page route lives at `/` or under one of these; the service's auth layer uses them
 # for `--dashboard-public` (a test checks each route is covered).
 PAGE_PREFIXES = ("/jobs", "/search", "/static")
-JOBS_LIMIT = 500  # most recently updated jobs listed on /
+JOBS_LIMIT = 500  # jobs listed on / (failing first, then most recently updated)
+WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
+JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
+LOG_PAGE_LINES = 500
+NODE_NOTES = 30
+METHODS = ["GET", "HEAD"]
 TIMELINE_LIMIT = 1000  # most recent cycles shown on a job page
 FACETS = 30
 
@@ -60,6 +75,7 @@ SECURITY_HEADERS = {
 }
 
 RepoProvider = Callable[[], Any]
+LogAccess = Callable[[str], Path]
 _BOOT = f"{os.getpid()}-{time.time_ns()}"  # a restarted (maybe upgraded) server re-renders
 
 
@@ -74,14 +90,53 @@ def _environment() -> Environment:
     return env
 
 
+def _window_text(window: str, since: datetime | None, until: datetime | None) -> str:
+    if window in WINDOWS and since is not None and until is None:
+        return f"in the last {window}"
+    if since or until:
+        a = since.strftime("%Y-%m-%d %H:%M UTC") if since else "the start"
+        b = until.strftime("%Y-%m-%d %H:%M UTC") if until else "now"
+        return f"active from {a} to {b}"
+    return "all time"
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
 
 
-def create_router(repo_provider: Any) -> APIRouter:
-    """The dashboard's routes over the repository that `repo_provider` gives."""
+def _parse_time(raw: str, name: str) -> datetime | None:
+    """An ISO date or date-time (UTC unless it says otherwise), or None when empty."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    if len(raw) > 40:
+        raise _BadRequest(400, f"{name} is too long")
+    try:
+        t = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise _BadRequest(
+            400, f"{name} must be a date or date-time like 2026-12-03 07:00, got {raw!r}"
+        ) from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _parse_int(raw: str, name: str, default: int) -> int:
+    raw = raw.strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or len(raw) > 15:
+        raise _BadRequest(400, f"{name} must be a non-negative integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) -> APIRouter:
+    """The dashboard's routes over the repository that `repo_provider` gives.
+
+    `log_access(path)` returns the readable real path of a cycle's log or raises an
+    exception with a `status` (HTTP) attribute and a one-line message (the service passes
+    its allowed-root checks); without it, the dashboard shows no log text."""
     if callable(repo_provider) and not hasattr(repo_provider, "list_jobs"):
         get_repo: RepoProvider = repo_provider
     else:
@@ -118,10 +173,15 @@ def create_router(repo_provider: Any) -> APIRouter:
         return HTMLResponse(html, status_code=status, headers=headers)
 
     def page_etag(request: Request, job: Any, live: bool) -> str:
-        """A validator of a job page: every write to a job bumps its `updated_at`."""
+        """A validator of a job page: every write to a job bumps its `updated_at`; a live
+        job's page also changes every 30 s (its running cycle's bar grows)."""
         j = views.as_dict(job)
         fragment = request.query_params.get("fragment") == "1"
-        key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
+        tick = int(time.time() // 30) if live else 0
+        key = (
+            f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|"
+            f"{fragment}|{tick}"
+        )
         return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
 
     def not_modified(request: Request, etag: str, live: bool) -> Response | None:
@@ -161,12 +221,66 @@ def create_router(repo_provider: Any) -> APIRouter:
             raise _BadRequest(400, f"cycle must be a non-negative integer, got {raw[:40]!r}")
         return int(raw)
 
-    @router.get("/", response_class=HTMLResponse)
-    def jobs_page(request: Request) -> Response:
-        return guarded(_jobs_page)(request)
+    def open_log(record: Any) -> Path:
+        """The cycle's log, through the service's allowed-root checks."""
+        raw = views.as_dict(record).get("log_path")
+        if not raw:
+            raise logview.LogUnavailable(404, "no log is recorded for this cycle")
+        if log_access is None:
+            raise logview.LogUnavailable(404, "this server does not serve log files")
+        try:
+            return log_access(str(raw))
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if not isinstance(status, int):
+                raise
+            raise logview.LogUnavailable(status, str(exc)) from None
 
-    def _jobs_page(request: Request) -> Response:
-        jobs = [views.job_row(j) for j in get_repo().list_jobs(limit=JOBS_LIMIT + 1)]
+    @router.api_route("/", methods=METHODS, response_class=HTMLResponse)
+    def jobs_page(
+        request: Request,
+        state: str = "",
+        job: str = "",
+        failure_class: str = "",
+        window: str = "",
+        since: str = "",
+        until: str = "",
+    ) -> Response:
+        return guarded(_jobs_page)(request, state, job, failure_class, window, since, until)
+
+    def _jobs_page(
+        request: Request,
+        state: str,
+        job: str,
+        failure_class: str,
+        window: str,
+        since_raw: str,
+        until_raw: str,
+    ) -> Response:
+        state, job, failure_class = state.strip(), job.strip(), failure_class.strip()
+        window = window.strip()
+        if state and state not in JOB_STATES:
+            raise _BadRequest(400, f"state must be one of {', '.join(JOB_STATES)}")
+        if window and window not in WINDOWS and window != "all":
+            raise _BadRequest(400, f"window must be one of {', '.join(WINDOWS)} or all")
+        if len(job) > 255 or len(failure_class) > 128:
+            raise _BadRequest(400, "filter term too long")
+        since, until = _parse_time(since_raw, "since"), _parse_time(until_raw, "until")
+        if since is None and window in WINDOWS:
+            since = datetime.now(timezone.utc) - timedelta(seconds=WINDOWS[window])
+        if since and until and since > until:
+            raise _BadRequest(400, "since must not be later than until")
+        repo = get_repo()
+        overviews = repo.job_overviews(
+            state=state or None,
+            job_query=job or None,
+            failure_class=failure_class or None,
+            since=since,
+            until=until,
+            limit=JOBS_LIMIT + 1,
+        )
+        jobs = [views.overview_row(o) for o in overviews]
+        filtered = bool(state or job or failure_class or since or until)
         return render(
             request,
             "jobs.html",
@@ -174,8 +288,20 @@ def create_router(repo_provider: Any) -> APIRouter:
             jobs=jobs[:JOBS_LIMIT],
             more_jobs=len(jobs) > JOBS_LIMIT,
             jobs_limit=JOBS_LIMIT,
-            fingerprint="",
-            failure_class="",
+            counts=repo.job_state_counts(since=since, until=until),
+            classes=[f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
+            states=JOB_STATES,
+            windows=list(WINDOWS),
+            f={
+                "state": state,
+                "job": job,
+                "failure_class": failure_class,
+                "window": window,
+                "since": since_raw.strip(),
+                "until": until_raw.strip(),
+            },
+            filtered=filtered,
+            window_text=_window_text(window, since, until),
         )
 
     def job_page(request: Request, job_id: str) -> Response:
@@ -194,7 +320,8 @@ def create_router(repo_provider: Any) -> APIRouter:
         rows = [
             views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
         ]
-        plot = views.progress_plot(rows)
+        now = datetime.now(timezone.utc)
+        deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
         return render(
             request,
             "job.html",
@@ -202,7 +329,12 @@ def create_router(repo_provider: Any) -> APIRouter:
             etag=etag,
             job=jrow,
             cycles=rows,
-            plot=plot,
+            deciding=deciding,
+            timeline=charts.cycle_timeline(rows, now),
+            goodput=charts.goodput(rows, now),
+            iterations=charts.iterations_chart(rows, now),
+            strip=charts.failure_strip(rows),
+            notes=dashboard_queries.node_health_notes(repo, job_id, NODE_NOTES),
             shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
         )
 
@@ -218,8 +350,100 @@ def create_router(repo_provider: Any) -> APIRouter:
         job = repo.get_job(job_id)
         jrow = views.job_row(job) if job is not None else {"job_id": job_id, "live": False}
         detail = views.cycle_detail(record)
+        detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
+        excerpt, log_error = None, None
+        try:
+            path = open_log(record)
+            if detail["primary"] and isinstance(detail["primary"].get("line"), int):
+                excerpt = logview.excerpt(
+                    path, detail["primary"]["line"], detail["primary"].get("rank")
+                )
+        except logview.LogUnavailable as exc:
+            log_error = str(exc)
+        except OSError as exc:
+            log_error = f"cannot read the log: {exc.strerror or exc}"
         live = jrow["live"] and (not detail["has_verdict"] or detail["llm"] is None)
-        return render(request, "cycle.html", live=live, job=jrow, c=detail)
+        return render(
+            request,
+            "cycle.html",
+            live=live,
+            job=jrow,
+            c=detail,
+            excerpt=excerpt,
+            log_error=log_error,
+        )
+
+    def log_page(request: Request, job_id: str, cycle: str) -> Response:
+        return guarded(_log_page)(request, job_id, cycle)
+
+    def _cycle_and_log(job_id: str, raw_cycle: str) -> tuple[int, Any, Path]:
+        n = parse_cycle(raw_cycle)
+        record = get_repo().get_cycle(job_id, n)
+        if record is None:
+            raise _BadRequest(404, f"no cycle {n} of job {job_id!r} in the history")
+        try:
+            return n, record, open_log(record)
+        except logview.LogUnavailable as exc:
+            raise _BadRequest(exc.status, str(exc)) from None
+
+    def _log_page(request: Request, job_id: str, raw_cycle: str) -> Response:
+        n, record, path = _cycle_and_log(job_id, raw_cycle)
+        q = request.query_params
+        count = min(_parse_int(q.get("lines", ""), "lines", LOG_PAGE_LINES), 2000) or 1
+        around = _parse_int(q.get("around", ""), "around", 0)
+        start = _parse_int(q.get("start", ""), "start", max(1, around - count // 4) or 1)
+        follow = q.get("follow") == "1"
+        job = get_repo().get_job(job_id)
+        running = views.as_dict(record).get("status") == "registered"
+        try:
+            if follow:
+                view = logview.last_lines(path, count)
+                view["more"], view["start"] = False, view["lines"][0][0] if view["lines"] else 1
+            else:
+                view = logview.page(path, start, count)
+        except OSError as exc:
+            raise _BadRequest(404, f"cannot read the log: {exc.strerror or exc}") from None
+        return render(
+            request,
+            "log.html",
+            job={"job_id": job_id, **(views.job_row(job) if job else {})},
+            cycle=n,
+            log_path=views.as_dict(record).get("log_path"),
+            view=view,
+            count=count,
+            around=around,
+            follow=follow,
+            running=running,
+        )
+
+    def log_text(request: Request, job_id: str, cycle: str) -> Response:
+        return guarded(_log_text)(request, job_id, cycle)
+
+    def _log_text(request: Request, job_id: str, raw_cycle: str) -> Response:
+        _, _, path = _cycle_and_log(job_id, raw_cycle)
+        return FileResponse(
+            path,
+            media_type="text/plain; charset=utf-8",
+            headers={**SECURITY_HEADERS, "Cache-Control": "no-cache"},
+        )
+
+    def log_tail(request: Request, job_id: str, cycle: str, offset: str = "0") -> Response:
+        try:
+            n, record, path = _cycle_and_log(job_id, cycle)
+            off = _parse_int(offset, "offset", 0)
+            data = logview.tail(path, off)
+        except _BadRequest as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except OSError as exc:
+            return JSONResponse({"error": f"cannot read the log: {exc.strerror}"}, 404)
+        job = get_repo().get_job(job_id)
+        live = bool(job and views.job_row(job)["live"]) and (
+            views.as_dict(record).get("status") == "registered"
+        )
+        data["live"] = live or bool(data.get("more"))
+        return JSONResponse(data, headers={"Cache-Control": "no-store"})
 
     def audit_json(request: Request, job_id: str, cycle: str) -> Response:
         return guarded(_audit_json)(request, job_id, cycle)
@@ -254,13 +478,17 @@ def create_router(repo_provider: Any) -> APIRouter:
 
     # Job ids may contain '/': the `path` converter takes them whole, so the more specific
     # routes go first.
-    router.add_api_route("/jobs/{job_id:path}/cycles/{cycle}/audit.json", audit_json)
+    cyc = "/jobs/{job_id:path}/cycles/{cycle}"
+    router.add_api_route(cyc + "/audit.json", audit_json, methods=METHODS)
+    router.add_api_route(cyc + "/log/tail", log_tail, methods=METHODS)
+    router.add_api_route(cyc + "/log.txt", log_text, methods=METHODS)
+    router.add_api_route(cyc + "/log", log_page, methods=METHODS, response_class=HTMLResponse)
+    router.add_api_route(cyc, cycle_page, methods=METHODS, response_class=HTMLResponse)
     router.add_api_route(
-        "/jobs/{job_id:path}/cycles/{cycle}", cycle_page, response_class=HTMLResponse
+        "/jobs/{job_id:path}", job_page, methods=METHODS, response_class=HTMLResponse
     )
-    router.add_api_route("/jobs/{job_id:path}", job_page, response_class=HTMLResponse)
 
-    @router.get("/search", response_class=HTMLResponse)
+    @router.api_route("/search", methods=METHODS, response_class=HTMLResponse)
     def search_page(
         request: Request,
         fingerprint: str = "",
@@ -311,7 +539,7 @@ def create_router(repo_provider: Any) -> APIRouter:
             decision=decision,
         )
 
-    @router.get("/static/{name}")
+    @router.api_route("/static/{name}", methods=METHODS)
     def static_file(name: str) -> Response:
         path = STATIC / name
         if (

@@ -1,0 +1,176 @@
+"""Reading a cycle's log for the dashboard: excerpts, pages of lines, and a bounded tail.
+
+Callers pass a path the service has already confined to its allowed roots (the router's
+`log_access`); this module only reads, and every read is bounded (bytes scanned, lines
+returned, characters per line). Line numbers are 1-based, as the analysis reports them.
+
+- `excerpt(path, line, rank)` — the lines around the primary evidence line: the traceback
+  of that rank (from its last `Traceback (most recent call last):` up to the line) and the
+  context, where runs of other ranks' lines are grouped so the page can fold them;
+- `page(path, start, count)` — lines `start..start+count-1` (the raw log view);
+- `last_lines(path, count)` — the last lines with their numbers and the end offset, where
+  following a running log starts;
+- `tail(path, offset)` — the complete lines written after byte `offset`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+MAX_SCAN_BYTES = 512 << 20  # never read further into a log than this
+MAX_LINE_CHARS = 4000
+MAX_PAGE_LINES = 2000
+TAIL_CHUNK = 64 << 10
+_RANK = re.compile(r"^\s*\[(?:rank|default)\s?(\d+)\]:")
+_TRACEBACK = "Traceback (most recent call last)"
+_CHUNK = 1 << 20
+
+
+class LogUnavailable(Exception):
+    """The log cannot be shown: `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def line_rank(text: str) -> int | None:
+    """The rank of a torchrun-prefixed line (`[rank3]: ...`, `[default3]: ...`), else None."""
+    m = _RANK.match(text)
+    return int(m.group(1)) if m else None
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + " …[cut]"
+
+
+def _lines(path: Path, first: int, last: int) -> list[tuple[int, str]]:
+    """Lines first..last (1-based, inclusive) of the file, reading at most MAX_SCAN_BYTES."""
+    out: list[tuple[int, str]] = []
+    read = 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            read += len(raw)
+            if n >= first:
+                out.append((n, _decode(raw)))
+            if n >= last or read > MAX_SCAN_BYTES:
+                break
+    return out
+
+
+def page(path: Path, start: int, count: int) -> dict[str, Any]:
+    """Lines start..start+count-1, and whether the log goes on after them."""
+    start, count = max(1, start), max(1, min(count, MAX_PAGE_LINES))
+    lines = _lines(path, start, start + count)  # one more: is there a next page?
+    more = len(lines) > count
+    return {"lines": lines[:count], "start": start, "more": more, "size": _size(path)}
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def excerpt(
+    path: Path, line: int, rank: int | None, before: int = 40, after: int = 12
+) -> dict[str, Any]:
+    """The traceback of `rank` ending at `line` and the context around `line`, with runs of
+    other ranks' lines grouped (`{"own": bool, "lines": [(n, text)]}` blocks)."""
+    lines = _lines(path, max(1, line - before), line + after)
+
+    def own(text: str) -> bool:
+        r = line_rank(text)
+        return rank is None or r is None or r == rank
+
+    traceback: list[tuple[int, str]] = []
+    for i in range(len(lines) - 1, -1, -1):
+        n, text = lines[i]
+        if n > line or not own(text):
+            continue
+        if _TRACEBACK in text:
+            traceback = [(m, t) for m, t in lines[i:] if m <= line and own(t)]
+            break
+    blocks: list[dict[str, Any]] = []
+    for n, text in lines:
+        is_own = own(text) or n == line
+        if blocks and blocks[-1]["own"] == is_own:
+            blocks[-1]["lines"].append((n, text))
+        else:
+            blocks.append({"own": is_own, "lines": [(n, text)]})
+    for b in blocks:
+        if not b["own"]:
+            b["ranks"] = sorted({r for _, t in b["lines"] if (r := line_rank(t)) is not None})
+    found = any(n == line for n, _ in lines)
+    return {"traceback": traceback, "blocks": blocks, "line": line, "found": found}
+
+
+def last_lines(path: Path, count: int) -> dict[str, Any]:
+    """The last `count` lines (numbered), and the byte offset after the last complete line."""
+    count = max(1, min(count, MAX_PAGE_LINES))
+    total = 0
+    end = 0  # offset after the last newline
+    size = _size(path)
+    with open(path, "rb") as fh:
+        pos = 0
+        while pos < min(size, MAX_SCAN_BYTES):
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                break
+            nl = chunk.count(b"\n")
+            if nl:
+                total += nl
+                end = pos + chunk.rfind(b"\n") + 1
+            pos += len(chunk)
+        # read backwards from `end` until `count` lines are in hand
+        back = min(end, TAIL_CHUNK)
+        while True:
+            fh.seek(end - back)
+            data = fh.read(back)
+            parts = data.split(b"\n")[:-1]  # complete lines only
+            if len(parts) > count or back >= end:
+                break
+            back = min(end, back * 4)
+    if back < end:
+        parts = parts[1:]  # the first piece may be a partial line
+    parts = parts[-count:]
+    first = total - len(parts) + 1
+    return {
+        "lines": [(first + i, _decode(p)) for i, p in enumerate(parts)],
+        "offset": end,
+        "next_line": total + 1,
+        "size": size,
+    }
+
+
+def tail(path: Path, offset: int, limit: int = TAIL_CHUNK) -> dict[str, Any]:
+    """Complete lines written after byte `offset` (at most `limit` bytes of them).
+
+    `reset` is true when the log is now shorter than `offset` (truncated or replaced):
+    the reader should start again from the beginning."""
+    size = _size(path)
+    if offset > size:
+        return {"reset": True, "offset": offset, "next_offset": 0, "lines": [], "size": size}
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(limit)
+    cut = data.rfind(b"\n") + 1
+    if cut == 0 and len(data) >= limit:  # one line longer than the limit: pass it in pieces
+        cut = len(data)
+    body = data[:cut]
+    lines = [_decode(x) for x in body.split(b"\n")[:-1]] if body.endswith(b"\n") else []
+    if body and not body.endswith(b"\n"):
+        lines = [_decode(x) for x in body.split(b"\n")]
+    return {
+        "reset": False,
+        "offset": offset,
+        "next_offset": offset + len(body),
+        "lines": lines,
+        "size": size,
+        "more": offset + len(body) < size,
+    }
