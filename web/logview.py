@@ -80,8 +80,10 @@ def _size(path: Path) -> int:
 def excerpt(
     path: Path, line: int, rank: int | None, before: int = 40, after: int = 12
 ) -> dict[str, Any]:
-    """The traceback of `rank` ending at `line` and the context around `line`, with runs of
-    other ranks' lines grouped (`{"own": bool, "lines": [(n, text)]}` blocks)."""
+    """The traceback of `rank` ending at `line`, the context around `line` (that rank's
+    lines and lines without a rank prefix) and, apart, the other ranks' lines in the same
+    range (`others`, for the page to fold). `more_context` says whether the context has
+    lines the traceback does not."""
     lines = _lines(path, max(1, line - before), line + after)
 
     def own(text: str) -> bool:
@@ -96,18 +98,23 @@ def excerpt(
         if _TRACEBACK in text:
             traceback = [(m, t) for m, t in lines[i:] if m <= line and own(t)]
             break
-    blocks: list[dict[str, Any]] = []
-    for n, text in lines:
-        is_own = own(text) or n == line
-        if blocks and blocks[-1]["own"] == is_own:
-            blocks[-1]["lines"].append((n, text))
-        else:
-            blocks.append({"own": is_own, "lines": [(n, text)]})
-    for b in blocks:
-        if not b["own"]:
-            b["ranks"] = sorted({r for _, t in b["lines"] if (r := line_rank(t)) is not None})
+    context = [(n, t) for n, t in lines if own(t) or n == line]
+    others = [(n, t) for n, t in lines if not (own(t) or n == line)]
+    other_ranks = sorted({r for _, t in others if (r := line_rank(t)) is not None})
     found = any(n == line for n, _ in lines)
-    return {"traceback": traceback, "blocks": blocks, "line": line, "found": found}
+    in_traceback = {n for n, _ in traceback}
+    return {
+        "traceback": traceback,
+        "context": context,
+        "others": others,
+        "other_ranks": other_ranks,
+        "line": line,
+        "found": found,
+        # own lines beyond the traceback: show the context too
+        "more_context": any(n not in in_traceback for n, _ in context),
+        "first": lines[0][0] if lines else line,
+        "last": lines[-1][0] if lines else line,
+    }
 
 
 def last_lines(path: Path, count: int) -> dict[str, Any]:
