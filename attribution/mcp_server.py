@@ -255,7 +255,9 @@ class _Tools:
             jobs = [j for j in jobs if j.state == state]
         deciding = self.repo.deciding_verdicts([j.job_id for j in jobs[:limit]])
         return JobList(
-            jobs=[self._job(j, (deciding.get(j.job_id) or {}).get("deciding")) for j in jobs[:limit]],
+            jobs=[
+                self._job(j, (deciding.get(j.job_id) or {}).get("deciding")) for j in jobs[:limit]
+            ],
             count=min(len(jobs), limit),
             truncated=len(jobs) > limit,
         )

@@ -59,9 +59,9 @@ def timeline(repo: Any, job_id: str, limit: int | None = None) -> list[dict[str,
             select(
                 *_TIMELINE_COLUMNS,
                 Cycle.llm.is_not(None).label("has_llm"),
-                Cycle.verdict[("progress", "first_iteration")].as_integer().label(
-                    "first_iteration"
-                ),
+                Cycle.verdict[("progress", "first_iteration")]
+                .as_integer()
+                .label("first_iteration"),
                 EvidenceRow.rank.label("primary_rank"),
                 EvidenceRow.node.label("primary_node"),
             )

@@ -735,7 +735,6 @@ class HistoryRepository:
         return q, cyc
 
 
-
 def verdict_job_state(
     current: str, decision: str, cycle: int, last_cycle: int | None
 ) -> str | None:

@@ -5,8 +5,9 @@
   progress, FR findings, an LLM enrichment and an XSS attempt in a log line; cycles start
   and end at fixed offsets from `T0` (so durations and goodput are exact); a job stopped on
   an earlier cycle than its last one; a running job.
-- `DashboardServer(repo)` serves the dashboard router in a minimal FastAPI app with
-  uvicorn on 127.0.0.1 (a free port), in a thread of the test process.
+- `DashboardServer(repo, log_root=None)` serves the dashboard router in a minimal FastAPI
+  app with uvicorn on 127.0.0.1 (a free port), in a thread of the test process; with
+  `log_root`, cycle logs under it are readable through the service's `confine`.
 - `write_job_logs(dir)` generated cycle logs; `analyze(db_url, log, cycle)` runs the real
   `relaunch analyze --db --job-id --cycle --format json` on one and returns its verdict.
 - `http_get(url)` a small httpx GET.
@@ -228,14 +229,22 @@ def free_port() -> int:
 class DashboardServer:
     """The dashboard router in a minimal FastAPI app, served by uvicorn on loopback."""
 
-    def __init__(self, repo: Any) -> None:
+    def __init__(self, repo: Any, log_root: Path | None = None) -> None:
         import uvicorn
         from fastapi import FastAPI
 
+        from attribution.service.paths import confine
         from web.routes import create_router
 
         app = FastAPI()
-        app.include_router(create_router(lambda: repo))
+        log_access = None
+        if log_root is not None:  # the service's own allowed-root checks
+            root = Path(os.path.realpath(log_root))
+
+            def log_access(raw: str) -> Path:
+                return confine(raw, [root])
+
+        app.include_router(create_router(lambda: repo, log_access=log_access))
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")

@@ -282,9 +282,7 @@ def failure_strip(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         ]
         return {
             "label": label,
-            "rows": [
-                {"y": row_y[k], "label": f"{label} {k}", "count": counts[k]} for k in keys
-            ],
+            "rows": [{"y": row_y[k], "label": f"{label} {k}", "count": counts[k]} for k in keys],
             "cells": cells,
             "height": 8 + len(keys) * cell_h + 22,
             "hidden": max(len(counts) - len(keys), 0),
