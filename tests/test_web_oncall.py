@@ -98,7 +98,7 @@ def test_jobs_list_filters(site: dict[str, Any], query: dict[str, str], jobs: li
     assert sorted(job_rows(r.text)) == sorted(jobs)
     if not jobs:
         assert 'id="no-match"' in r.text
-    for name, value in query.items():  # the form shows the filter it applied
+    for value in query.values():  # the form shows the filter it applied
         assert (
             f'value="{value}"' in r.text
             or f"<option selected>{value}</option>" in r.text
