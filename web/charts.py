@@ -204,13 +204,15 @@ def goodput(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any] 
 
 def iterations_chart(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any] | None:
     """Iteration reached over time: per cycle a segment from its start (at its first reported
-    iteration, when known) to its end (at its last), and a point at the end."""
-    known = [r for r in rows if isinstance(r.get("iteration"), int) and _span(r, now)]
-    window = _window(rows, now)
-    if not known or window is None:
+    iteration, when known) to its end (at its last), and a point at the end. Histories
+    without start times (cycles analysed after the fact) are drawn over the cycle number."""
+    known = [r for r in rows if isinstance(r.get("iteration"), int) and r.get("cycle") is not None]
+    if not known:
         return None
     height, top, bottom = 220, 12, 40
-    axis = TimeAxis(window[0], window[1], PAD_LEFT, WIDTH - PAD_RIGHT)
+    x0, x1 = PAD_LEFT, WIDTH - PAD_RIGHT
+    window = _window(known, now)
+    timed = window is not None and all(_span(r, now) for r in known)
     y_ticks = nice_ticks(0, max(int(r["iteration"]) for r in known) or 1)
     y_top = y_ticks[-1] or 1
     inner = height - top - bottom
@@ -218,30 +220,50 @@ def iterations_chart(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[s
     def y(v: float) -> float:
         return round(top + inner - v / y_top * inner, 1)
 
+    if timed:
+        axis = TimeAxis(window[0], window[1], x0, x1)  # type: ignore[index]
+        ticks, x_title = axis.ticks(), "time (UTC)"
+    else:
+        c0 = min(int(r["cycle"]) for r in rows if r.get("cycle") is not None)
+        c1 = max(int(r["cycle"]) for r in rows if r.get("cycle") is not None)
+        width = max(c1 - c0, 1)
+
+        def cx(c: int) -> float:
+            return round(x0 + 12 + (c - c0) / width * (x1 - x0 - 24), 1)
+
+        ticks = [{"x": cx(int(v)), "label": str(int(v))} for v in nice_ticks(c0, c1, 8)
+                 if c0 <= v <= c1 and v == int(v)]  # fmt: skip
+        x_title = "cycle"
+
     points, segments = [], []
     for r in known:
-        start, end = _span(r, now)  # type: ignore[misc]
-        it = int(r["iteration"])
-        cls = verdict_class(r)
+        it, cls = int(r["iteration"]), verdict_class(r)
+        if timed:
+            start, end = _span(r, now)  # type: ignore[misc]
+            px = axis.x(end)
+            first = r.get("first_iteration")
+            if isinstance(first, int) and first <= it:
+                segments.append({"x1": axis.x(start), "y1": y(first), "x2": px, "y2": y(it)})
+        else:
+            px = cx(int(r["cycle"]))
         points.append(
             {
-                "x": axis.x(end),
+                "x": px,
                 "y": y(it),
                 "cls": cls,
                 "title": f"cycle {r.get('cycle')}: iteration {it} ({cls.upper()})",
             }
         )
-        first = r.get("first_iteration")
-        if isinstance(first, int) and first <= it:
-            segments.append({"x1": axis.x(start), "y1": y(first), "x2": axis.x(end), "y2": y(it)})
     return {
         "width": WIDTH,
         "height": height,
         "top": top,
         "bottom": height - bottom,
-        "x0": PAD_LEFT,
-        "x1": WIDTH - PAD_RIGHT,
-        "ticks": axis.ticks(),
+        "x0": x0,
+        "x1": x1,
+        "ticks": ticks,
+        "x_title": x_title,
+        "timed": timed,
         "y_ticks": [{"y": y(v), "label": f"{int(v):,}"} for v in y_ticks],
         "points": points,
         "segments": segments,
