@@ -211,7 +211,7 @@ def iterations_chart(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[s
         return None
     height, top, bottom = 220, 12, 40
     x0, x1 = PAD_LEFT, WIDTH - PAD_RIGHT
-    window = _window(known, now)
+    window = _window(rows, now)  # the cycle timeline's axis: the two charts line up
     timed = window is not None and all(_span(r, now) for r in known)
     y_ticks = nice_ticks(0, max(int(r["iteration"]) for r in known) or 1)
     y_top = y_ticks[-1] or 1

@@ -50,7 +50,7 @@
         offset = data.next_offset;
         pre.setAttribute("data-offset", String(offset));
         if (data.live) {
-          if (status) { status.textContent = "Following · " + (next - 1) + " lines · updated " + new Date().toLocaleTimeString(); }
+          if (status) { status.textContent = "Following · " + (next - 1) + " lines · updated " + new Date().toISOString().slice(11, 19) + " UTC"; }
           setTimeout(poll, data.more ? 50 : PERIOD_MS);
         } else if (status) {
           status.textContent = "The cycle has ended; this is the end of its log (" + (next - 1) + " lines).";
