@@ -291,3 +291,13 @@ def test_repository_deciding_verdicts_and_counts(site: dict[str, Any]) -> None:
         repo.job_overviews(state="nope")
     with pytest.raises(ValueError, match="limit must be an integer"):
         repo.job_overviews(limit=0)
+
+
+def test_a_cycle_registered_after_the_stop_is_not_shown_running(site: dict[str, Any]) -> None:
+    html = http_get(site["url"] + "/jobs/stopped-early").text
+    row = html[html.index('data-cycle="1">') :].split("</tr>")[0]
+    assert "never analysed (the job had ended)" in row
+    timeline = html[html.index('id="cycle-timeline"') :].split("</svg>")[0]
+    assert "bar running" not in timeline  # it does not grow until now
+    running = http_get(site["url"] + "/jobs/oom-job").text
+    assert 'class="bar running" data-cycle="1"' in running  # a live job's cycle does

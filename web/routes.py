@@ -173,15 +173,11 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
         return HTMLResponse(html, status_code=status, headers=headers)
 
     def page_etag(request: Request, job: Any, live: bool) -> str:
-        """A validator of a job page: every write to a job bumps its `updated_at`; a live
-        job's page also changes every 30 s (its running cycle's bar grows)."""
+        """A validator of a job page: every write to a job bumps its `updated_at`. (A running
+        cycle's bar is drawn up to the time of the last change; a reload redraws it.)"""
         j = views.as_dict(job)
         fragment = request.query_params.get("fragment") == "1"
-        tick = int(time.time() // 30) if live else 0
-        key = (
-            f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|"
-            f"{fragment}|{tick}"
-        )
+        key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
         return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
 
     def not_modified(request: Request, etag: str, live: bool) -> Response | None:
@@ -320,6 +316,10 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
         rows = [
             views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
         ]
+        if not jrow["live"]:  # a finished job runs nothing: a cycle it registered never ran
+            for r in rows:
+                if r["running"]:
+                    r["running"], r["cause"] = False, "never analysed (the job had ended)"
         now = datetime.now(timezone.utc)
         deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
         return render(
