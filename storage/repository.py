@@ -689,21 +689,25 @@ class HistoryRepository:
         The deciding verdict is the job's latest STOP when the job is stopped or failed
         (a stopped job can have later cycles: registered, never analysed), otherwise the
         latest verdict of any kind. Jobs without any verdict have None columns."""
-        latest = (
-            select(Cycle.job_pk.label("job_pk"), func.max(Cycle.cycle).label("c"))
-            .where(Cycle.decision.is_not(None))
-            .group_by(Cycle.job_pk)
-            .subquery("latest")
-        )
-        stop = (
-            select(Cycle.job_pk.label("job_pk"), func.max(Cycle.cycle).label("c"))
-            .where(Cycle.decision == "STOP")
-            .group_by(Cycle.job_pk)
-            .subquery("latest_stop")
-        )
+
+        # Per job, the newest cycle with a verdict (with a STOP): each one index walk
+        # backwards over (job_pk, cycle), stopping at the first match.
+        def newest(*where: Any) -> Any:
+            inner = aliased(Cycle)
+            return (
+                select(inner.cycle)
+                .where(inner.job_pk == Job.id, *[w(inner) for w in where])
+                .order_by(inner.cycle.desc())
+                .limit(1)
+                .correlate(Job)
+                .scalar_subquery()
+            )
+
+        latest = newest(lambda c: c.decision.is_not(None))
+        stop = newest(lambda c: c.decision == "STOP")
         chosen = case(
-            (Job.state.in_(("stopped", "failed")) & stop.c.c.is_not(None), stop.c.c),
-            else_=latest.c.c,
+            (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
+            else_=latest,
         )
         cyc = aliased(Cycle, name="deciding")
         ev = aliased(EvidenceRow, name="primary_ev")
@@ -727,8 +731,6 @@ class HistoryRepository:
                 ev.node.label("primary_node"),
             )
             .select_from(Job)
-            .outerjoin(latest, latest.c.job_pk == Job.id)
-            .outerjoin(stop, stop.c.job_pk == Job.id)
             .outerjoin(cyc, (cyc.job_pk == Job.id) & (cyc.cycle == chosen))
             .outerjoin(ev, (ev.cycle_pk == cyc.id) & ev.is_primary.is_(True))
         )
