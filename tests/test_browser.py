@@ -336,16 +336,20 @@ AXE_PAGES = [
 ]
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_pages_pass_axe_wcag_a_and_aa_contrast_included(
-    browser: Any, service: dict[str, Any]
+    browser: Any, service: dict[str, Any], scheme: str
 ) -> None:
     try:
         import axe_playwright_python
     except ImportError:
         pytest.skip("axe-playwright-python (it ships axe-core's axe.min.js) is not installed")
     axe = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text()
-    # The pages allow only their own scripts (CSP); the test context lets axe in.
-    ctx = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
+    # The pages allow only their own scripts (CSP); the test context lets axe in. The
+    # stylesheet has a dark theme for `prefers-color-scheme: dark`: both are checked.
+    ctx = browser.new_context(
+        bypass_csp=True, color_scheme=scheme, viewport={"width": 1280, "height": 900}
+    )
     page = ctx.new_page()
     problems = []
     for path in AXE_PAGES:
@@ -361,6 +365,12 @@ def test_pages_pass_axe_wcag_a_and_aa_contrast_included(
                 f"{path}: {v['id']} ({v['impact']}): "
                 + "; ".join(n["target"][0] for n in v["nodes"][:3])
             )
+    if scheme == "dark":
+        for name, path in [("19-dark-jobs", "/"), ("20-dark-job", "/jobs/train-llama")]:
+            page.goto(service["base"] + path)
+            shot(page, name)
+        page.goto(service["base"] + f"/jobs/{JOB}/cycles/2")
+        shot(page, "21-dark-cycle")
     ctx.close()
     assert not problems, "\n".join(problems)
 
