@@ -301,3 +301,15 @@ def test_a_cycle_registered_after_the_stop_is_not_shown_running(site: dict[str, 
     assert "bar running" not in timeline  # it does not grow until now
     running = http_get(site["url"] + "/jobs/oom-job").text
     assert 'class="bar running" data-cycle="1"' in running  # a live job's cycle does
+
+
+def test_live_refresh_of_the_jobs_list_skips_the_failure_class_facets(
+    site: dict[str, Any],
+) -> None:
+    full = http_get(site["url"] + "/").text
+    datalist = full[full.index('<datalist id="failure-classes">') :].split("</datalist>")[0]
+    assert '<option value="cuda_oom">' in datalist and full.index("</main>") < full.index(
+        "<datalist"
+    )  # outside <main>: a live refresh leaves it in place
+    fragment = http_get(site["url"] + "/", params={"fragment": "1"}).text
+    assert "<datalist" not in fragment and 'list="failure-classes"' in fragment

@@ -285,7 +285,9 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
             more_jobs=len(jobs) > JOBS_LIMIT,
             jobs_limit=JOBS_LIMIT,
             counts=repo.job_state_counts(since=since, until=until),
-            classes=[f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
+            classes=[]
+            if request.query_params.get("fragment") == "1"  # the datalist is outside <main>
+            else [f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
             states=JOB_STATES,
             windows=list(WINDOWS),
             f={
@@ -438,6 +440,10 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
             return JSONResponse({"error": str(exc)}, status_code=400)
         except OSError as exc:
             return JSONResponse({"error": f"cannot read the log: {exc.strerror}"}, 404)
+        except Exception as exc:
+            if type(exc).__name__ == "StorageError":
+                return JSONResponse({"error": f"history database unavailable: {exc}"}, 503)
+            raise
         job = get_repo().get_job(job_id)
         live = bool(job and views.job_row(job)["live"]) and (
             views.as_dict(record).get("status") == "registered"
