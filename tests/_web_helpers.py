@@ -7,7 +7,7 @@
   an earlier cycle than its last one; a running job.
 - `DashboardServer(repo, log_root=None)` serves the dashboard router in a minimal FastAPI
   app with uvicorn on 127.0.0.1 (a free port), in a thread of the test process; with
-  `log_root`, cycle logs under it are readable through the service's `confine`.
+  `log_root`, cycle logs under it are readable through the service's `open_confined`.
 - `write_job_logs(dir)` generated cycle logs; `analyze(db_url, log, cycle)` runs the real
   `relaunch analyze --db --job-id --cycle --format json` on one and returns its verdict.
 - `http_get(url)` a small httpx GET.
@@ -233,16 +233,16 @@ class DashboardServer:
         import uvicorn
         from fastapi import FastAPI
 
-        from attribution.service.paths import confine
+        from attribution.service.confined import open_confined
         from web.routes import create_router
 
         app = FastAPI()
         log_access = None
-        if log_root is not None:  # the service's own allowed-root checks
+        if log_root is not None:  # the service's own confined opener
             root = Path(os.path.realpath(log_root))
 
-            def log_access(raw: str) -> Path:
-                return confine(raw, [root])
+            def log_access(raw: str) -> int:
+                return open_confined(raw, [root])
 
         app.include_router(create_router(lambda: repo, log_access=log_access))
         self.port = free_port()

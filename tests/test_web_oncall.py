@@ -5,6 +5,7 @@ and MCP `list_jobs` reporting the deciding verdict too."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -56,6 +57,10 @@ def site(tmp_path: Path) -> Iterator[dict[str, Any]]:
     outside.write_text("secret\n")
     repo.register_cycle("oom-job", 2, str(outside))
     repo.register_cycle("oom-job", 3, str(logs / "never-written.log"))
+    (logs / "link.log").symlink_to(outside)  # inside the root by name, outside in fact
+    repo.register_cycle("oom-job", 4, str(logs / "link.log"))
+    os.mkfifo(logs / "fifo.log")  # would block a plain open()
+    repo.register_cycle("oom-job", 5, str(logs / "fifo.log"))
     with DashboardServer(repo, log_root=logs) as server:
         yield {"url": server.base_url, "repo": repo, "logs": logs, "tmp": tmp_path}
     repo.close()
@@ -177,7 +182,7 @@ def test_cycle_page_next_step_is_the_mcp_one_and_shows_the_traceback(
     assert link and link.group(1) == "/jobs/oom-job/cycles/0/log?around=8#L8"
     stop = http_get(site["url"] + "/jobs/train-llama/cycles/3").text
     assert "Do not restart: fix python_syntax_error (log line 3)" in stop
-    assert "Log not shown: log_path is outside the allowed roots" in stop
+    assert "Log not shown: path is outside the allowed roots" in stop
 
 
 def test_raw_log_page_has_line_anchors_and_pages(site: dict[str, Any]) -> None:
@@ -225,6 +230,10 @@ def test_follow_a_running_cycle_log_with_a_bounded_tail(site: dict[str, Any]) ->
         ("/jobs/train-llama/cycles/0/log", 403, "outside the allowed roots"),
         ("/jobs/oom-job/cycles/3/log", 404, "log file not found"),
         ("/jobs/oom-job/cycles/3/log/tail", 404, "log file not found"),
+        ("/jobs/oom-job/cycles/4/log", 403, "a component of the path is a symlink"),
+        ("/jobs/oom-job/cycles/4/log.txt", 403, "a component of the path is a symlink"),
+        ("/jobs/oom-job/cycles/5/log", 400, "not a regular file"),
+        ("/jobs/oom-job/cycles/5/log/tail", 400, "not a regular file"),
         ("/jobs/oom-job/cycles/9/log", 404, "no cycle 9 of job"),
         ("/jobs/oom-job/cycles/0/log?start=x", 400, "start must be a non-negative integer"),
     ],

@@ -1,27 +1,28 @@
 """Reading a cycle's log for the dashboard: excerpts, pages of lines, and a bounded tail.
 
-Callers pass a path the service has already confined to its allowed roots (the router's
-`log_access`); this module only reads, and every read is bounded (bytes scanned, lines
-returned, characters per line). Line numbers are 1-based, as the analysis reports them.
+Callers pass a binary file opened through the service's confined opener (the router's
+`log_access` gives a descriptor: no symlink followed, regular files only); this module
+only reads from it, and every read is bounded (bytes scanned, lines returned, characters
+per line). Line numbers are 1-based, as the analysis reports them.
 
-- `excerpt(path, line, rank)` — the lines around the primary evidence line: the traceback
+- `excerpt(fh, line, rank)` — the lines around the primary evidence line: the traceback
   of that rank (from its last `Traceback (most recent call last):` up to the line) and the
   context, where runs of other ranks' lines are grouped so the page can fold them;
-- `page(path, start, count)` — lines `start..start+count-1` (the raw log view);
-- `last_lines(path, count)` — the last lines with their numbers and the end offset, where
+- `page(fh, start, count)` — lines `start..start+count-1` (the raw log view);
+- `last_lines(fh, count)` — the last lines with their numbers and the end offset, where
   following a running log starts;
-- `tail(path, offset)` — the complete lines written after byte `offset`.
+- `tail(fh, offset)` — the complete lines written after byte `offset`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 MAX_SCAN_BYTES = 512 << 20  # never read further into a log than this
 MAX_LINE_CHARS = 4000
+MAX_LINE_BYTES = 1 << 20  # a longer line is read (and numbered) in pieces
 MAX_PAGE_LINES = 2000
 TAIL_CHUNK = 64 << 10
 _RANK = re.compile(r"^\s*\[(?:rank|default)\s?(\d+)\]:")
@@ -48,43 +49,40 @@ def _decode(raw: bytes) -> str:
     return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + " …[cut]"
 
 
-def _lines(path: Path, first: int, last: int) -> list[tuple[int, str]]:
+def _lines(fh: BinaryIO, first: int, last: int) -> list[tuple[int, str]]:
     """Lines first..last (1-based, inclusive) of the file, reading at most MAX_SCAN_BYTES."""
     out: list[tuple[int, str]] = []
     read = 0
-    with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, start=1):
-            read += len(raw)
-            if n >= first:
-                out.append((n, _decode(raw)))
-            if n >= last or read > MAX_SCAN_BYTES:
-                break
+    fh.seek(0)
+    for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES), b""), start=1):
+        read += len(raw)
+        if n >= first:
+            out.append((n, _decode(raw)))
+        if n >= last or read > MAX_SCAN_BYTES:
+            break
     return out
 
 
-def page(path: Path, start: int, count: int) -> dict[str, Any]:
+def page(fh: BinaryIO, start: int, count: int) -> dict[str, Any]:
     """Lines start..start+count-1, and whether the log goes on after them."""
     start, count = max(1, start), max(1, min(count, MAX_PAGE_LINES))
-    lines = _lines(path, start, start + count)  # one more: is there a next page?
+    lines = _lines(fh, start, start + count)  # one more: is there a next page?
     more = len(lines) > count
-    return {"lines": lines[:count], "start": start, "more": more, "size": _size(path)}
+    return {"lines": lines[:count], "start": start, "more": more, "size": _size(fh)}
 
 
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+def _size(fh: BinaryIO) -> int:
+    return os.fstat(fh.fileno()).st_size
 
 
 def excerpt(
-    path: Path, line: int, rank: int | None, before: int = 40, after: int = 12
+    fh: BinaryIO, line: int, rank: int | None, before: int = 40, after: int = 12
 ) -> dict[str, Any]:
     """The traceback of `rank` ending at `line`, the context around `line` (that rank's
     lines and lines without a rank prefix) and, apart, the other ranks' lines in the same
     range (`others`, for the page to fold). `more_context` says whether the context has
     lines the traceback does not."""
-    lines = _lines(path, max(1, line - before), line + after)
+    lines = _lines(fh, max(1, line - before), line + after)
 
     def own(text: str) -> bool:
         r = line_rank(text)
@@ -117,32 +115,32 @@ def excerpt(
     }
 
 
-def last_lines(path: Path, count: int) -> dict[str, Any]:
+def last_lines(fh: BinaryIO, count: int) -> dict[str, Any]:
     """The last `count` lines (numbered), and the byte offset after the last complete line."""
     count = max(1, min(count, MAX_PAGE_LINES))
     total = 0
     end = 0  # offset after the last newline
-    size = _size(path)
-    with open(path, "rb") as fh:
-        pos = 0
-        while pos < min(size, MAX_SCAN_BYTES):
-            chunk = fh.read(_CHUNK)
-            if not chunk:
-                break
-            nl = chunk.count(b"\n")
-            if nl:
-                total += nl
-                end = pos + chunk.rfind(b"\n") + 1
-            pos += len(chunk)
-        # read backwards from `end` until `count` lines are in hand
-        back = min(end, TAIL_CHUNK)
-        while True:
-            fh.seek(end - back)
-            data = fh.read(back)
-            parts = data.split(b"\n")[:-1]  # complete lines only
-            if len(parts) > count or back >= end:
-                break
-            back = min(end, back * 4)
+    size = _size(fh)
+    fh.seek(0)
+    pos = 0
+    while pos < min(size, MAX_SCAN_BYTES):
+        chunk = fh.read(_CHUNK)
+        if not chunk:
+            break
+        nl = chunk.count(b"\n")
+        if nl:
+            total += nl
+            end = pos + chunk.rfind(b"\n") + 1
+        pos += len(chunk)
+    # read backwards from `end` until `count` lines are in hand
+    back = min(end, TAIL_CHUNK)
+    while True:
+        fh.seek(end - back)
+        data = fh.read(back)
+        parts = data.split(b"\n")[:-1]  # complete lines only
+        if len(parts) > count or back >= end:
+            break
+        back = min(end, back * 4)
     if back < end:
         parts = parts[1:]  # the first piece may be a partial line
     parts = parts[-count:]
@@ -155,17 +153,16 @@ def last_lines(path: Path, count: int) -> dict[str, Any]:
     }
 
 
-def tail(path: Path, offset: int, limit: int = TAIL_CHUNK) -> dict[str, Any]:
+def tail(fh: BinaryIO, offset: int, limit: int = TAIL_CHUNK) -> dict[str, Any]:
     """Complete lines written after byte `offset` (at most `limit` bytes of them).
 
     `reset` is true when the log is now shorter than `offset` (truncated or replaced):
     the reader should start again from the beginning."""
-    size = _size(path)
+    size = _size(fh)
     if offset > size:
         return {"reset": True, "offset": offset, "next_offset": 0, "lines": [], "size": size}
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        data = fh.read(limit)
+    fh.seek(offset)
+    data = fh.read(limit)
     cut = data.rfind(b"\n") + 1
     if cut == 0 and len(data) >= limit:  # one line longer than the limit: pass it in pieces
         cut = len(data)

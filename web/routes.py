@@ -19,8 +19,8 @@ by fetching the same URL with `?fragment=1`, which returns only the page's conte
 - `/search?fingerprint=&failure_class=&decision=` history search;
 - `/static/{name}` the stylesheet and scripts.
 
-Every page answers GET and HEAD. The log routes read only through `log_access`, which the
-service gives (its allowed-root checks); without it they answer 404.
+Every page answers GET and HEAD. Logs are read only through `log_access`, which the
+service gives (its confined opener over the allowed roots); without it they answer 404.
 
 Everything printed is escaped by Jinja2 autoescaping (log text is untrusted), and every
 page carries a Content-Security-Policy that allows only the dashboard's own script.
@@ -32,14 +32,20 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from storage import dashboard_queries
@@ -75,7 +81,7 @@ SECURITY_HEADERS = {
 }
 
 RepoProvider = Callable[[], Any]
-LogAccess = Callable[[str], Path]
+LogAccess = Callable[[str], int]  # a log path -> a read-only file descriptor
 _BOOT = f"{os.getpid()}-{time.time_ns()}"  # a restarted (maybe upgraded) server re-renders
 
 
@@ -134,9 +140,10 @@ def _parse_int(raw: str, name: str, default: int) -> int:
 def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) -> APIRouter:
     """The dashboard's routes over the repository that `repo_provider` gives.
 
-    `log_access(path)` returns the readable real path of a cycle's log or raises an
-    exception with a `status` (HTTP) attribute and a one-line message (the service passes
-    its allowed-root checks); without it, the dashboard shows no log text."""
+    `log_access(path)` returns a read-only descriptor of a cycle's log (the router closes
+    it) or raises an exception with a `status` (HTTP) attribute and a one-line message;
+    the service passes its confined opener (`ServiceState.open_log`: inside the allowed
+    roots, no symlink followed, regular files only). Without it, no log text is shown."""
     if callable(repo_provider) and not hasattr(repo_provider, "list_jobs"):
         get_repo: RepoProvider = repo_provider
     else:
@@ -217,20 +224,21 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
             raise _BadRequest(400, f"cycle must be a non-negative integer, got {raw[:40]!r}")
         return int(raw)
 
-    def open_log(record: Any) -> Path:
-        """The cycle's log, through the service's allowed-root checks."""
+    def open_log(record: Any) -> BinaryIO:
+        """The cycle's log opened through `log_access` (the caller closes it)."""
         raw = views.as_dict(record).get("log_path")
         if not raw:
             raise logview.LogUnavailable(404, "no log is recorded for this cycle")
         if log_access is None:
             raise logview.LogUnavailable(404, "this server does not serve log files")
         try:
-            return log_access(str(raw))
+            fd = log_access(str(raw))
         except Exception as exc:
             status = getattr(exc, "status", None)
             if not isinstance(status, int):
                 raise
             raise logview.LogUnavailable(status, str(exc)) from None
+        return os.fdopen(fd, "rb")
 
     @router.api_route("/", methods=METHODS, response_class=HTMLResponse)
     def jobs_page(
@@ -355,11 +363,11 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
         detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
         excerpt, log_error = None, None
         try:
-            path = open_log(record)
-            if detail["primary"] and isinstance(detail["primary"].get("line"), int):
-                excerpt = logview.excerpt(
-                    path, detail["primary"]["line"], detail["primary"].get("rank")
-                )
+            with open_log(record) as fh:
+                if detail["primary"] and isinstance(detail["primary"].get("line"), int):
+                    excerpt = logview.excerpt(
+                        fh, detail["primary"]["line"], detail["primary"].get("rank")
+                    )
         except logview.LogUnavailable as exc:
             log_error = str(exc)
         except OSError as exc:
@@ -378,7 +386,7 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
     def log_page(request: Request, job_id: str, cycle: str) -> Response:
         return guarded(_log_page)(request, job_id, cycle)
 
-    def _cycle_and_log(job_id: str, raw_cycle: str) -> tuple[int, Any, Path]:
+    def _cycle_and_log(job_id: str, raw_cycle: str) -> tuple[int, Any, BinaryIO]:
         n = parse_cycle(raw_cycle)
         record = get_repo().get_cycle(job_id, n)
         if record is None:
@@ -389,7 +397,8 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
             raise _BadRequest(exc.status, str(exc)) from None
 
     def _log_page(request: Request, job_id: str, raw_cycle: str) -> Response:
-        n, record, path = _cycle_and_log(job_id, raw_cycle)
+        n, record, fh = _cycle_and_log(job_id, raw_cycle)
+        fh.close()  # opened now: refused logs get their error before parameters are read
         q = request.query_params
         count = min(_parse_int(q.get("lines", ""), "lines", LOG_PAGE_LINES), 2000) or 1
         around = _parse_int(q.get("around", ""), "around", 0)
@@ -398,11 +407,15 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
         job = get_repo().get_job(job_id)
         running = views.as_dict(record).get("status") == "registered"
         try:
-            if follow:
-                view = logview.last_lines(path, count)
-                view["more"], view["start"] = False, view["lines"][0][0] if view["lines"] else 1
-            else:
-                view = logview.page(path, start, count)
+            with open_log(record) as fh:
+                if follow:
+                    view = logview.last_lines(fh, count)
+                    view["more"] = False
+                    view["start"] = view["lines"][0][0] if view["lines"] else 1
+                else:
+                    view = logview.page(fh, start, count)
+        except logview.LogUnavailable as exc:
+            raise _BadRequest(exc.status, str(exc)) from None
         except OSError as exc:
             raise _BadRequest(404, f"cannot read the log: {exc.strerror or exc}") from None
         return render(
@@ -422,18 +435,35 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
         return guarded(_log_text)(request, job_id, cycle)
 
     def _log_text(request: Request, job_id: str, raw_cycle: str) -> Response:
-        _, _, path = _cycle_and_log(job_id, raw_cycle)
-        return FileResponse(
-            path,
+        _, _, fh = _cycle_and_log(job_id, raw_cycle)
+        size = os.fstat(fh.fileno()).st_size  # what is there now; a growing log: tail it
+
+        def chunks() -> Iterator[bytes]:
+            with fh:
+                left = size
+                while left > 0:
+                    data = fh.read(min(left, 1 << 16))
+                    if not data:
+                        return
+                    left -= len(data)
+                    yield data
+
+        return StreamingResponse(
+            chunks(),
             media_type="text/plain; charset=utf-8",
-            headers={**SECURITY_HEADERS, "Cache-Control": "no-cache"},
+            headers={
+                **SECURITY_HEADERS,
+                "Cache-Control": "no-cache",
+                "Content-Length": str(size),
+            },
         )
 
     def log_tail(request: Request, job_id: str, cycle: str, offset: str = "0") -> Response:
         try:
-            n, record, path = _cycle_and_log(job_id, cycle)
             off = _parse_int(offset, "offset", 0)
-            data = logview.tail(path, off)
+            n, record, fh = _cycle_and_log(job_id, cycle)
+            with fh:
+                data = logview.tail(fh, off)
         except _BadRequest as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except ValueError as exc:

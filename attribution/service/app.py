@@ -3,13 +3,12 @@
 Also here: the API docs served without a CDN (`/docs` Swagger UI, `/redoc` ReDoc, their
 assets from the `fastapi-offline` package under `/docs-assets/`), HEAD answered on every
 GET route (`HeadAsGet`), and the dashboard's access to cycle logs through the service's
-allowed-root checks (`attribution.service.paths.confine`).
+confined opener (`ServiceState.open_log`, attribution/service/confined.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +21,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from attribution.service import routes_nvrx, routes_v1
 from attribution.service.errors import install_handlers
 from attribution.service.limits import LimitsMiddleware
-from attribution.service.paths import confine
 from attribution.service.settings import ServiceSettings
 from attribution.service.state import ServiceState
 
@@ -88,15 +86,9 @@ def _mount_dashboard(app: FastAPI, state: ServiceState) -> None:
     except ImportError:
         log.info("dashboard not available (web.routes missing); API only")
         return
-    settings = state.settings
-    uploads = Path(os.path.realpath(Path(settings.data_dir or ".") / "uploads"))
-    roots = [*settings.allowed_roots, uploads]
-
-    def log_access(raw: str) -> Path:
-        """A cycle's log, if the service itself may read it (raises ApiError otherwise)."""
-        return confine(raw, roots)
-
-    app.include_router(create_router(lambda: state.repo, log_access=log_access))
+    # logs are read through the service's confined opener (allowed roots and uploads, no
+    # symlink followed, regular files only), as every other read of a client-named file
+    app.include_router(create_router(lambda: state.repo, log_access=state.open_log))
 
 
 DOCS_ASSETS = {
