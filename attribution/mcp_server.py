@@ -32,6 +32,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from web.advice import next_step
+
 INSTRUCTIONS = """\
 relaunch keeps distributed PyTorch training jobs alive and STOPs them when restarting is
 pointless. Use list_jobs to find a job, get_job_verdicts for its cycle-by-cycle STOP/RESTART
@@ -50,7 +52,11 @@ class JobSummary(BaseModel):
     state: str
     cycles: int = Field(description="stored cycles")
     last_cycle: int | None = None
-    last_decision: str | None = Field(None, description="STOP or RESTART of the last cycle")
+    last_decision: str | None = Field(
+        None,
+        description="the deciding verdict: the STOP that stopped the job, else the latest verdict",
+    )
+    decision_cycle: int | None = Field(None, description="the cycle of last_decision")
     last_rule: str | None = None
     last_failure_class: str | None = None
     updated_at: str | None = None
@@ -179,23 +185,6 @@ def _dict(record: Any) -> dict[str, Any]:
     return dict(record.to_dict()) if hasattr(record, "to_dict") else dict(record)
 
 
-def _next_step(decision: str | None, primary: dict[str, Any] | None, status: str) -> str:
-    if status != "analysed" or decision is None:
-        return "The cycle is not analysed yet; ask again after it ends."
-    fclass = (primary or {}).get("failure_class") or "the failure"
-    line = (primary or {}).get("line")
-    where = f" (log line {line})" if line else ""
-    if decision == "STOP":
-        return (
-            f"Do not restart: fix {fclass}{where} in the job's code, data or configuration, "
-            "then launch again."
-        )
-    return (
-        f"Restarting is expected to help ({fclass}{where}); no action needed unless the same "
-        "fingerprint keeps recurring (see search_history)."
-    )
-
-
 class _Tools:
     """The tool implementations over one repository (sync; called in worker threads)."""
 
@@ -210,8 +199,15 @@ class _Tools:
         url = f"{self.dashboard_url}/jobs/{quote(job_id, safe='')}"
         return url if cycle is None else f"{url}/cycles/{cycle}"
 
-    def _job(self, record: Any) -> JobSummary:
+    def _job(self, record: Any, deciding: dict[str, Any] | None = None) -> JobSummary:
         d = _dict(record)
+        if deciding is not None:  # the verdict that decided, not the last cycle's (maybe none)
+            d.update(
+                last_decision=deciding["decision"],
+                last_rule=deciding["rule"],
+                last_failure_class=deciding["failure_class"],
+                decision_cycle=deciding["cycle"],
+            )
         return JobSummary(
             job_id=d["job_id"],
             state=d.get("state") or "unknown",
@@ -220,6 +216,7 @@ class _Tools:
             last_decision=d.get("last_decision"),
             last_rule=d.get("last_rule"),
             last_failure_class=d.get("last_failure_class"),
+            decision_cycle=d.get("decision_cycle"),
             updated_at=d.get("updated_at"),
             dashboard_url=self._url(d["job_id"]),
         )
@@ -256,8 +253,11 @@ class _Tools:
         jobs = self.repo.list_jobs()
         if state:
             jobs = [j for j in jobs if j.state == state]
+        deciding = self.repo.deciding_verdicts([j.job_id for j in jobs[:limit]])
         return JobList(
-            jobs=[self._job(j) for j in jobs[:limit]],
+            jobs=[
+                self._job(j, (deciding.get(j.job_id) or {}).get("deciding")) for j in jobs[:limit]
+            ],
             count=min(len(jobs), limit),
             truncated=len(jobs) > limit,
         )
@@ -288,7 +288,7 @@ class _Tools:
             decision=d.get("decision"),
             rule=d.get("rule"),
             basis=d.get("basis"),
-            next_step=_next_step(d.get("decision"), primary, d.get("status") or ""),
+            next_step=next_step(d.get("decision"), primary, d.get("status") or ""),
             primary=primary,
             evidence=list(d.get("evidence") or verdict.get("evidence") or []),
             cascades=list(verdict.get("cascades") or []),

@@ -3,6 +3,11 @@
 - `timeline(repo, job_id, limit=None)` — a job's cycles as light dicts (summary columns
   only, never the verdict/FR/LLM JSON), oldest first; `limit` keeps the most recent ones.
   This keeps the job page fast on jobs with thousands of cycles.
+  Each row also has the first iteration the cycle reported (`first_iteration`, read
+  from the verdict's progress by the database's JSON path operator) and where its
+  primary failure landed (`primary_rank`, `primary_node`).
+- `node_health_notes(repo, job_id, limit)` — node-health records stored on the job's
+  cycles, newest first, flattened to one row per (cycle, node).
 - `failure_classes(repo, limit)` — failure classes seen in the history with cycle and job
   counts, most frequent first (the search page's facets).
 - `recurring_fingerprints(repo, limit)` — fingerprints seen in more than one cycle, most
@@ -17,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from storage.models import Cycle, Job
+from storage.models import Cycle, EvidenceRow, Job
 from storage.records import as_utc
 
 _TIMELINE_COLUMNS = (
@@ -51,8 +56,19 @@ def timeline(repo: Any, job_id: str, limit: int | None = None) -> list[dict[str,
     _check_limit(limit)
     with repo.read_session() as session:
         q = (
-            select(*_TIMELINE_COLUMNS, Cycle.llm.is_not(None).label("has_llm"))
+            select(
+                *_TIMELINE_COLUMNS,
+                Cycle.llm.is_not(None).label("has_llm"),
+                Cycle.verdict[("progress", "first_iteration")]
+                .as_integer()
+                .label("first_iteration"),
+                EvidenceRow.rank.label("primary_rank"),
+                EvidenceRow.node.label("primary_node"),
+            )
             .join(Job, Job.id == Cycle.job_pk)
+            .outerjoin(
+                EvidenceRow, (EvidenceRow.cycle_pk == Cycle.id) & EvidenceRow.is_primary.is_(True)
+            )
             .where(Job.job_id == job_id)
             .order_by(Cycle.cycle.desc())
         )
@@ -118,3 +134,42 @@ def recurring_fingerprints(repo: Any, limit: int = 20) -> list[dict[str, Any]]:
             {"fingerprint": fp, "failure_class": fc, "cycles": int(n), "jobs": int(j)}
             for fp, fc, n, j in session.execute(q)
         ]
+
+
+def node_health_notes(repo: Any, job_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """[{cycle, node, host, healthy, reason, excluded_from_cycle, failed_checks}] of the
+    job's most recent `limit` cycles that carry node-health records, newest first."""
+    _check_limit(limit, 10_000)
+    with repo.read_session() as session:
+        q = (
+            select(Cycle.cycle, Cycle.node_health)
+            .join(Job, Job.id == Cycle.job_pk)
+            .where(Job.job_id == job_id, Cycle.node_health.is_not(None))
+            .order_by(Cycle.cycle.desc())
+            .limit(limit)
+        )
+        rows = session.execute(q).all()
+    out = []
+    for cycle, records in rows:
+        if not isinstance(records, dict):
+            continue
+        for node, rec in sorted(records.items()):
+            if not isinstance(rec, dict):
+                continue
+            checks = [c for c in rec.get("checks") or [] if isinstance(c, dict)]
+            out.append(
+                {
+                    "cycle": cycle,
+                    "node": str(node),
+                    "host": rec.get("host"),
+                    "healthy": rec.get("healthy") is True,
+                    "reason": str(rec.get("reason") or ""),
+                    "excluded_from_cycle": rec.get("excluded_from_cycle"),
+                    "failed_checks": [
+                        f"{c.get('name', '')} {c.get('status', '')}"
+                        for c in checks
+                        if c.get("status") in ("fail", "error")
+                    ],
+                }
+            )
+    return out

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, func, insert, select
+from sqlalchemy import Engine, case, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from storage.db import StorageError, writer
 from storage.models import AlertClaim, Cycle, EvidenceRow, Job
@@ -602,6 +602,140 @@ class HistoryRepository:
 
         return self._reading(op)
 
+    # -- reads for the dashboard and the MCP server: the deciding verdict of each job -------
+
+    def job_overviews(
+        self,
+        *,
+        state: str | None = None,
+        job_query: str | None = None,
+        failure_class: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 500,
+    ) -> list[dict[str, Any]]:
+        """Jobs with their deciding verdict (see `_deciding_select`), failing jobs first.
+
+        Order: stopped/failed jobs and jobs whose deciding verdict is STOP, then running
+        jobs whose latest verdict is a RESTART (they are failing and being restarted),
+        then the rest; most recently updated first within each. Filters (all optional,
+        all must hold): `state` (one of `JOB_STATES`), `job_query` (case-insensitive
+        substring of the job id), `failure_class` (of the deciding verdict), and a time
+        window: jobs active in it (`updated_at >= since`, `created_at <= until`).
+        """
+        if state is not None and state not in JOB_STATES:
+            raise ValueError(f"job state must be one of {', '.join(JOB_STATES)}; got {state!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+            raise ValueError("limit must be an integer between 1 and 100000")
+
+        def op(session: Session) -> list[dict[str, Any]]:
+            q, cyc = self._deciding_select()
+            if state is not None:
+                q = q.where(Job.state == state)
+            if job_query:
+                q = q.where(func.lower(Job.job_id).contains(job_query.lower(), autoescape=True))
+            if failure_class:
+                q = q.where(cyc.failure_class == failure_class)
+            q = _window(q, since, until)
+            failing = case(
+                (Job.state.in_(("stopped", "failed")), 0),
+                (cyc.decision == "STOP", 0),
+                ((Job.state == "running") & (cyc.decision == "RESTART"), 1),
+                else_=2,
+            )
+            q = q.order_by(failing, Job.updated_at.desc(), Job.id.desc()).limit(limit)
+            return [_overview(r) for r in session.execute(q).mappings()]
+
+        return self._reading(op)
+
+    def deciding_verdicts(self, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """{job_id: overview} (as `job_overviews` gives) of the given jobs that exist."""
+        ids = [_check_job_id(j) for j in job_ids]
+        if not ids:
+            return {}
+
+        def op(session: Session) -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for start in range(0, len(ids), 500):  # bounded IN lists
+                q, _ = self._deciding_select()
+                q = q.where(Job.job_id.in_(ids[start : start + 500]))
+                for r in session.execute(q).mappings():
+                    out[r["job_id"]] = _overview(r)
+            return out
+
+        return self._reading(op)
+
+    def job_state_counts(
+        self, *, since: datetime | None = None, until: datetime | None = None
+    ) -> dict[str, int]:
+        """{state: jobs} for every state in `JOB_STATES` (0 when none), plus "total",
+        over the jobs active in the window (as in `job_overviews`)."""
+
+        def op(session: Session) -> dict[str, int]:
+            q = _window(select(Job.state, func.count()).group_by(Job.state), since, until)
+            counts = dict.fromkeys(JOB_STATES, 0)
+            for st, n in session.execute(q):
+                counts[st] = counts.get(st, 0) + int(n)
+            counts["total"] = sum(counts.values())
+            return counts
+
+        return self._reading(op)
+
+    @staticmethod
+    def _deciding_select() -> tuple[Any, Any]:
+        """A select of every job joined with its deciding cycle and that cycle's primary
+        evidence row, and the aliased deciding cycle (for filters).
+
+        The deciding verdict is the job's latest STOP when the job is stopped or failed
+        (a stopped job can have later cycles: registered, never analysed), otherwise the
+        latest verdict of any kind. Jobs without any verdict have None columns."""
+
+        # Per job, the newest cycle with a verdict (with a STOP): each one index walk
+        # backwards over (job_pk, cycle), stopping at the first match.
+        def newest(*where: Any) -> Any:
+            inner = aliased(Cycle)
+            return (
+                select(inner.cycle)
+                .where(inner.job_pk == Job.id, *[w(inner) for w in where])
+                .order_by(inner.cycle.desc())
+                .limit(1)
+                .correlate(Job)
+                .scalar_subquery()
+            )
+
+        latest = newest(lambda c: c.decision.is_not(None))
+        stop = newest(lambda c: c.decision == "STOP")
+        chosen = case(
+            (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
+            else_=latest,
+        )
+        cyc = aliased(Cycle, name="deciding")
+        ev = aliased(EvidenceRow, name="primary_ev")
+        q = (
+            select(
+                Job.job_id,
+                Job.state,
+                Job.cycle_count,
+                Job.last_cycle,
+                Job.created_at,
+                Job.updated_at,
+                cyc.cycle.label("cycle"),
+                cyc.decision,
+                cyc.rule,
+                cyc.basis,
+                cyc.failure_class,
+                cyc.fingerprint,
+                cyc.node.label("cycle_node"),
+                cyc.analysed_at,
+                ev.rank.label("primary_rank"),
+                ev.node.label("primary_node"),
+            )
+            .select_from(Job)
+            .outerjoin(cyc, (cyc.job_pk == Job.id) & (cyc.cycle == chosen))
+            .outerjoin(ev, (ev.cycle_pk == cyc.id) & ev.is_primary.is_(True))
+        )
+        return q, cyc
+
 
 def verdict_job_state(
     current: str, decision: str, cycle: int, last_cycle: int | None
@@ -618,6 +752,41 @@ def verdict_job_state(
     if current in FINAL_JOB_STATES:
         return None
     return "stopped" if decision == "STOP" else "running"
+
+
+def _window(q: Any, since: datetime | None, until: datetime | None) -> Any:
+    """Keep jobs active in [since, until]: updated at or after `since`, created by `until`."""
+    if since is not None:
+        q = q.where(Job.updated_at >= since.astimezone(timezone.utc))
+    if until is not None:
+        q = q.where(Job.created_at <= until.astimezone(timezone.utc))
+    return q
+
+
+def _overview(r: Any) -> dict[str, Any]:
+    """One row of `_deciding_select` as a JSON-ready dict (the deciding verdict nested)."""
+    decided = r["decision"] is not None
+    return {
+        "job_id": r["job_id"],
+        "state": r["state"],
+        "cycles": int(r["cycle_count"] or 0),
+        "last_cycle": r["last_cycle"],
+        "created_at": as_utc(r["created_at"]),
+        "updated_at": as_utc(r["updated_at"]),
+        "deciding": {
+            "cycle": r["cycle"],
+            "decision": r["decision"],
+            "rule": r["rule"],
+            "basis": r["basis"],
+            "failure_class": r["failure_class"],
+            "fingerprint": r["fingerprint"],
+            "rank": r["primary_rank"],
+            "node": r["primary_node"] or r["cycle_node"],
+            "analysed_at": as_utc(r["analysed_at"]),
+        }
+        if decided
+        else None,
+    }
 
 
 def _short(exc: Exception) -> str:

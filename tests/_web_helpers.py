@@ -2,9 +2,12 @@
 
 - `seed_history(repo)` writes a small, realistic history into a real repository: verdicts
   are built from the restart agent's own model types (`Verdict.to_dict()`), with cascades,
-  progress, FR findings, an LLM enrichment and an XSS attempt in a log line.
-- `DashboardServer(repo)` serves the dashboard router in a minimal FastAPI app with
-  uvicorn on 127.0.0.1 (a free port), in a thread of the test process.
+  progress, FR findings, an LLM enrichment and an XSS attempt in a log line; cycles start
+  and end at fixed offsets from `T0` (so durations and goodput are exact); a job stopped on
+  an earlier cycle than its last one; a running job.
+- `DashboardServer(repo, log_root=None)` serves the dashboard router in a minimal FastAPI
+  app with uvicorn on 127.0.0.1 (a free port), in a thread of the test process; with
+  `log_root`, cycle logs under it are readable through the service's `open_confined`.
 - `write_job_logs(dir)` generated cycle logs; `analyze(db_url, log, cycle)` runs the real
   `relaunch analyze --db --job-id --cycle --format json` on one and returns its verdict.
 - `http_get(url)` a small httpx GET.
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,10 @@ from restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "llama-7b-run"  # the job write_job_logs' logs belong to
+# cycles of seed_history start at these minutes after T0 and run this many minutes
+T0 = (datetime.now(timezone.utc) - timedelta(hours=6)).replace(second=0, microsecond=0)
+SEED_TIMES = [(0, 70), (75, 105), (185, 35), (230, 1)]
+SEED_GOODPUT = round(100 * (70 + 105) / 231)  # cycles 0 and 1 advanced; wall 0..231 min
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
@@ -40,6 +48,7 @@ def _ev(
     role: str = "root",
     domain: str = "workload",
     fp: str | None = None,
+    node: str | None = None,
 ) -> Evidence:
     return Evidence(
         line=line,
@@ -51,6 +60,7 @@ def _ev(
         recoverability="retry" if domain == "infrastructure" else "stop",
         text=text,
         fingerprint=fp or f"{fclass}:{text[:40]}",
+        node=node,
     )
 
 
@@ -60,6 +70,7 @@ def make_verdict(
     primary: Evidence | None,
     *,
     iteration: int | None,
+    first: int | None = None,
     same_root: int = 0,
     basis: str = "",
     cascades: list[CascadeGroup] | None = None,
@@ -71,7 +82,10 @@ def make_verdict(
         primary=primary,
         cascades=cascades or [],
         progress=Progress(
-            known=iteration is not None, last_iteration=iteration, dialect="plain_step"
+            known=iteration is not None,
+            last_iteration=iteration,
+            first_iteration=first,
+            dialect="plain_step",
         ),
         history={"same_root_prior_cycles": same_root, "consecutive_no_progress": same_root},
         budgets={"same_root_no_progress_retries": 3, "job_no_progress_ceiling": 5},
@@ -89,6 +103,7 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
         rank=5,
         domain="infrastructure",
         fp="nccl_network_error:Got completion with error N",
+        node="node-b",
     )
     watchdog = CascadeGroup(
         failure_class="nccl_watchdog_timeout",
@@ -112,6 +127,14 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
         rank=0,
         fp="python_syntax_error:invalid syntax",
     )
+    oom = _ev(
+        44,
+        "cuda_oom",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        rank=3,
+        fp="cuda_oom:Tried to allocate N GiB",
+        node="node-c",
+    )
     cycles = [
         (
             make_verdict(
@@ -119,6 +142,7 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
                 "infra_restart",
                 nccl,
                 iteration=100,
+                first=0,
                 cascades=[watchdog],
                 basis="NCCL network error on rank 5; restarting.",
             ),
@@ -126,12 +150,14 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
             None,
         ),
         (
-            make_verdict("RESTART", "progress_protects", nccl, iteration=250, same_root=1),
+            make_verdict(
+                "RESTART", "progress_protects", nccl, iteration=250, first=100, same_root=1
+            ),
             None,
             None,
         ),
         (
-            make_verdict("RESTART", "workload_first_seen", evil, iteration=250),
+            make_verdict("RESTART", "workload_first_seen", evil, iteration=250, first=250),
             None,
             {  # the verdict's `llm` object as restart_agent.llm writes it
                 "status": "ok",
@@ -173,13 +199,23 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
         ),
     ]
     for n, (verdict, fr, llm) in enumerate(cycles):
-        repo.register_cycle(job_id, n, f"/logs/{job_id}/cycle_{n}.log", node="node-a")
+        start, minutes = SEED_TIMES[n]
+        started = T0 + timedelta(minutes=start)
+        repo.register_cycle(
+            job_id, n, f"/logs/{job_id}/cycle_{n}.log", node="node-a", started_at=started
+        )
+        repo.set_cycle_ended(job_id, n, started + timedelta(minutes=minutes))
         repo.save_verdict(job_id, n, verdict)
         if fr:
             repo.save_fr_findings(job_id, n, fr)
         if llm:
             repo.save_llm(job_id, n, llm)
     repo.set_job_state(job_id, "stopped")
+    # stopped on cycle 0; the launcher had already registered cycle 1, never analysed
+    repo.register_cycle("stopped-early", 0, "/logs/stopped-early/cycle_0.log", started_at=T0)
+    repo.save_verdict("stopped-early", 0, make_verdict("STOP", "oom_stop", oom, iteration=None))
+    repo.register_cycle("stopped-early", 1, "/logs/stopped-early/cycle_1.log")
+    repo.set_job_state("stopped-early", "stopped")
     repo.register_cycle("job-running", 0, "/logs/job-running/cycle_0.log")
     return {"job_id": job_id, "cycles": len(cycles), "fingerprints": [nccl.fingerprint]}
 
@@ -193,14 +229,22 @@ def free_port() -> int:
 class DashboardServer:
     """The dashboard router in a minimal FastAPI app, served by uvicorn on loopback."""
 
-    def __init__(self, repo: Any) -> None:
+    def __init__(self, repo: Any, log_root: Path | None = None) -> None:
         import uvicorn
         from fastapi import FastAPI
 
+        from attribution.service.confined import open_confined
         from web.routes import create_router
 
         app = FastAPI()
-        app.include_router(create_router(lambda: repo))
+        log_access = None
+        if log_root is not None:  # the service's own confined opener
+            root = Path(os.path.realpath(log_root))
+
+            def log_access(raw: str) -> int:
+                return open_confined(raw, [root])
+
+        app.include_router(create_router(lambda: repo, log_access=log_access))
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")

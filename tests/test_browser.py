@@ -1,8 +1,12 @@
 """Headless Chromium (Debian's /usr/bin/chromium, driven by Playwright) on the real service.
 
 The dashboard is served by a real `relaunch serve` process over a real SQLite history;
-the browser clicks jobs -> job -> cycle and checks what a person sees. One screenshot per
-page goes to artifacts/screenshots/ (gitignored).
+the browser clicks jobs -> job -> cycle -> raw log and checks what a person sees: the
+filters, live updates without a reload (a new verdict, a growing log), keyboard
+navigation with a visible focus, contrast and other WCAG 2 A/AA rules (axe-core, from the
+`axe-playwright-python` package), and the API docs with every non-loopback request
+blocked. One screenshot per page goes to artifacts/screenshots/ (gitignored; the path is
+printed).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +24,7 @@ from tests._service_helpers import running_service
 from tests._web_helpers import (
     JOB,
     REPO_ROOT,
+    SEED_GOODPUT,
     analyze,
     make_verdict,
     seed_history,
@@ -68,15 +74,17 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     # A second job made by the real analysis: `relaunch analyze --db` on generated logs.
     real = [analyze(url, log, n) for n, log in enumerate(write_job_logs(tmp / "logs"))]
     with running_service(tmp, db_url=url, root=tmp / "logs") as svc:
-        yield {"base": svc.base_url, "repo": repo, "real": real}
+        yield {"base": svc.base_url, "repo": repo, "real": real, "logs": tmp / "logs"}
     repo.close()
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, *, full_page: bool = True) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     assert path.stat().st_size > 1000  # a real image, not an empty file
+    print(f"screenshot: {path}")
+    return path
 
 
 def test_click_through_jobs_job_cycle(browser: Any, service: dict[str, Any]) -> None:
@@ -93,7 +101,12 @@ def test_click_through_jobs_job_cycle(browser: Any, service: dict[str, Any]) -> 
     page.wait_for_url("**/jobs/train-llama")
     assert page.locator("h1").inner_text().startswith("Job train-llama")
     assert page.locator("#timeline tbody tr").count() == 4
-    assert page.locator("#progress-plot circle").count() == 3
+    assert page.locator("#iterations-chart circle").count() == 3
+    assert page.locator("#cycle-timeline rect.bar").count() == 4
+    assert page.locator("#cycle-timeline rect.bar.stop").count() == 1
+    assert page.locator("#goodput-value").inner_text() == f"{SEED_GOODPUT}%"
+    assert page.locator("#strip-rank rect.cell").count() == 4
+    assert page.locator("#cycle-timeline").is_visible()
     assert "250" in page.locator('tr[data-cycle="1"]').inner_text()
     shot(page, "02-job")
 
@@ -136,7 +149,7 @@ def test_untrusted_log_text_is_shown_not_run(browser: Any, service: dict[str, An
 
 def test_search_by_failure_class_from_the_form(browser: Any, service: dict[str, Any]) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(service["base"] + "/")
+    page.goto(service["base"] + "/search")
     page.fill('input[name="failure_class"]', "nccl_network_error")
     page.click('form.search button[type="submit"]')
     page.wait_for_url(re.compile(r".*/search\?.*failure_class=nccl_network_error.*"))
@@ -195,7 +208,194 @@ def test_click_through_a_job_made_by_the_real_analysis(
     mark = page.locator("#primary-evidence mark")
     assert mark.is_visible() and mark.inner_text() == real[2]["primary"]["text"]
     assert "SyntaxError" in mark.inner_text()
+    line = real[2]["primary"]["line"]
+    traceback = page.locator("#traceback")
+    assert traceback.is_visible() and "Traceback (most recent call last)" in traceback.inner_text()
+    assert traceback.locator("mark").inner_text().endswith(real[2]["primary"]["text"])
+    assert page.locator("#next-step").inner_text().startswith("Next step: Do not restart")
     shot(page, "10-real-cycle-stop")
+    page.locator("#raw-log-link").click()
+    page.wait_for_url(f"**/jobs/{JOB}/cycles/2/log?around={line}#L{line}")
+    target = page.locator(f"#L{line}")
+    assert target.is_visible() and real[2]["primary"]["text"] in target.inner_text()
+    assert page.evaluate("getComputedStyle(document.querySelector(':target')).backgroundColor") != (
+        "rgba(0, 0, 0, 0)"
+    )  # the anchored line is highlighted
+    shot(page, "12-raw-log-anchor")
     page.goto(service["base"] + f"/jobs/{JOB}/cycles/1")
     assert page.evaluate("typeof window.__pwned") == "undefined"
     shot(page, "11-real-cycle-restart")
+
+
+def test_jobs_list_filters_from_the_form(browser: Any, service: dict[str, Any]) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(service["base"] + "/")
+    rows = page.locator("#jobs tbody tr")
+    first = rows.first.get_attribute("data-job")
+    assert first in ("train-llama", "stopped-early", JOB)  # stopped jobs come first
+    early = page.locator('tr[data-job="stopped-early"]')
+    assert "STOP" in early.inner_text() and "cuda_oom" in early.inner_text()
+    assert "rank 3 · node-c" in early.inner_text()
+    page.select_option("#f-state", "stopped")
+    page.fill("#f-class", "cuda_oom")
+    page.click('#filters button[type="submit"]')
+    page.wait_for_url(re.compile(r".*state=stopped.*failure_class=cuda_oom.*"))
+    assert [rows.nth(i).get_attribute("data-job") for i in range(rows.count())] == ["stopped-early"]
+    assert page.locator("#f-class").input_value() == "cuda_oom"
+    shot(page, "13-jobs-filtered")
+    page.locator("#f-reset").click()
+    page.wait_for_url(service["base"] + "/")
+    page.fill("#f-until", "2000-01-01")
+    page.press("#f-until", "Enter")
+    page.wait_for_url(re.compile(r".*until=2000-01-01.*"))
+    assert page.locator("#no-match").is_visible()
+    assert page.locator("#count-stopped .n").inner_text() == "0"
+
+
+def test_jobs_list_shows_a_new_verdict_without_reload(
+    browser: Any, service: dict[str, Any]
+) -> None:
+    repo = service["repo"]
+    repo.register_cycle("live-list", 0, "/logs/live-list/cycle_0.log")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(service["base"] + "/")
+    row = page.locator('tr[data-job="live-list"]')
+    assert "running" in row.inner_text() and row.locator(".decision-stop").count() == 0
+    page.evaluate("window.__still_this_page = 1")
+    repo.save_verdict(
+        "live-list",
+        0,
+        make_verdict("STOP", "live_stop", None, iteration=None, basis="stored while open"),
+    )
+    # live.js refreshes the list every 3 s: the STOP and the new state appear by themselves
+    row.locator(".decision-stop").wait_for(timeout=20_000)
+    assert "stopped" in row.inner_text() and "stored while open" in row.inner_text()
+    assert page.evaluate("window.__still_this_page") == 1  # no reload happened
+    shot(page, "14-jobs-live-update")
+
+
+def test_a_running_cycle_log_is_followed(browser: Any, service: dict[str, Any]) -> None:
+    log = service["logs"] / "follow.log"
+    log.write_text("".join(f"[rank0]: step {i}\n" for i in range(1, 6)))
+    service["repo"].register_cycle("follow-job", 0, str(log))
+    page = browser.new_page(viewport={"width": 1280, "height": 700})
+    page.goto(service["base"] + "/jobs/follow-job/cycles/0")
+    page.locator("#raw-log-link").click()  # "follow the log" for a running cycle
+    page.wait_for_url("**/jobs/follow-job/cycles/0/log?follow=1")
+    assert page.locator("#L5").inner_text().strip().endswith("[rank0]: step 5")
+    with open(log, "a") as fh:
+        fh.write("[rank0]: step 6\n[rank0]: NCCL WARN something new\n")
+    page.locator("#L7").wait_for(timeout=20_000)  # appended by logtail.js, no reload
+    assert page.locator("#L7").inner_text().strip().endswith("NCCL WARN something new")
+    assert "Following" in page.locator("#follow-status").inner_text()
+    shot(page, "15-log-follow")
+
+
+def test_keyboard_reaches_filters_and_links_with_a_visible_focus(
+    browser: Any, service: dict[str, Any]
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(service["base"] + "/")
+    seen: list[str] = []
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        info = page.evaluate(
+            """() => {
+              const el = document.activeElement;
+              const cs = getComputedStyle(el);
+              return {id: el.id, tag: el.tagName, cls: el.className, text: el.textContent.trim(),
+                      outline: cs.outlineStyle, width: parseFloat(cs.outlineWidth)};
+            }"""
+        )
+        assert info["outline"] != "none" and info["width"] >= 2, info  # focus is visible
+        seen.append(info["id"] or f"{info['tag']}.{info['cls']}:{info['text'][:20]}")
+        if info["id"] == "f-reset" or info["cls"] == "job-link":
+            break
+    assert seen[0].startswith("A.skip")  # the skip link comes first
+    filters = ["f-state", "f-job", "f-class", "f-window", "f-since", "f-until"]
+    assert [s for s in seen if s in filters] == filters  # every filter, in reading order
+    assert any(s.startswith("count-") for s in seen)
+    assert any(":Search" in s for s in seen) and any(s.startswith("A.job-link") for s in seen)
+    shot(page, "16-keyboard-focus", full_page=False)
+    # Enter on a focused job link opens it
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/jobs/[^/]+$"))
+    assert page.locator("h1").inner_text().startswith("Job ")
+
+
+AXE_PAGES = [
+    "/",
+    "/?state=stopped",
+    "/jobs/train-llama",
+    "/jobs/train-llama/cycles/0",
+    "/jobs/train-llama/cycles/2",
+    f"/jobs/{JOB}/cycles/2",
+    f"/jobs/{JOB}/cycles/1/log?around=30",
+    "/search",
+    "/search?failure_class=nccl_network_error",
+]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pages_pass_axe_wcag_a_and_aa_contrast_included(
+    browser: Any, service: dict[str, Any], scheme: str
+) -> None:
+    try:
+        import axe_playwright_python
+    except ImportError:
+        pytest.skip("axe-playwright-python (it ships axe-core's axe.min.js) is not installed")
+    axe = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text()
+    # The pages allow only their own scripts (CSP); the test context lets axe in. The
+    # stylesheet has a dark theme for `prefers-color-scheme: dark`: both are checked.
+    ctx = browser.new_context(
+        bypass_csp=True, color_scheme=scheme, viewport={"width": 1280, "height": 900}
+    )
+    page = ctx.new_page()
+    problems = []
+    for path in AXE_PAGES:
+        page.goto(service["base"] + path)
+        page.evaluate(axe)
+        result = page.evaluate(
+            "() => axe.run(document, {runOnly: {type: 'tag', values: "
+            "['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"
+        )
+        assert any(p["id"] == "color-contrast" for p in result["passes"]), path  # it ran
+        for v in result["violations"]:
+            problems.append(
+                f"{path}: {v['id']} ({v['impact']}): "
+                + "; ".join(n["target"][0] for n in v["nodes"][:3])
+            )
+    if scheme == "dark":
+        for name, path in [("19-dark-jobs", "/"), ("20-dark-job", "/jobs/train-llama")]:
+            page.goto(service["base"] + path)
+            shot(page, name)
+        page.goto(service["base"] + f"/jobs/{JOB}/cycles/2")
+        shot(page, "21-dark-cycle")
+    ctx.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_api_docs_render_offline(browser: Any, service: dict[str, Any]) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    outside: list[str] = []
+
+    def only_loopback(route: Any) -> None:
+        if route.request.url.startswith(service["base"]):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_loopback)
+    page.goto(service["base"] + "/docs")
+    title = page.locator(".swagger-ui .info .title")
+    title.wait_for(timeout=20_000)
+    assert "relaunch attribution service" in title.inner_text()
+    assert page.locator(".opblock-summary-path", has_text="/v1/jobs").first.is_visible()
+    shot(page, "17-api-docs")
+    page.goto(service["base"] + "/redoc")
+    page.locator("h1", has_text="relaunch attribution service").wait_for(timeout=20_000)
+    shot(page, "18-api-redoc", full_page=False)
+    # Scripts, styles and the spec come from the service; ReDoc's own bundle also asks for
+    # its decorative footer logo, which simply does not load offline.
+    assert [u for u in outside if not u.endswith("/redoc/logo-mini.svg")] == [], outside

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import storage
-from tests._web_helpers import XSS, DashboardServer, http_get, seed_history
+from tests._web_helpers import SEED_GOODPUT, XSS, DashboardServer, http_get, seed_history
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_jobs_page_lists_state_and_last_verdict(site: dict[str, Any]) -> None:
     html = r.text
     assert 'href="/jobs/train-llama"' in html and 'href="/jobs/job-running"' in html
     row = html[html.index('data-job="train-llama"') :].split("</tr>")[0]
-    assert "stopped" in row and "decision-stop" in row and "cycle 3" in row
+    assert "stopped" in row and "decision-stop" in row and "cycle 3" in row and "rank 0" in row
     assert "python_syntax_error" in row and "workload_certain_stop" in row
     running = html[html.index('data-job="job-running"') :].split("</tr>")[0]
     assert "running" in running
@@ -44,7 +44,7 @@ def test_jobs_page_lists_state_and_last_verdict(site: dict[str, Any]) -> None:
     assert "script-src 'self'" in r.headers["content-security-policy"]
 
 
-def test_job_page_timeline_and_progress_plot(site: dict[str, Any]) -> None:
+def test_job_page_timeline_and_charts(site: dict[str, Any]) -> None:
     html = http_get(site["url"] + "/jobs/train-llama").text
     rows = re.findall(r'<tr class="cycle [^"]*" data-cycle="(\d+)">(.*?)</tr>', html, re.S)
     assert [n for n, _ in rows] == ["0", "1", "2", "3"]
@@ -53,11 +53,28 @@ def test_job_page_timeline_and_progress_plot(site: dict[str, Any]) -> None:
     assert "250" in cells["1"] and "progress_protects" in cells["1"]
     assert "LLM" in cells["2"]
     assert "STOP" in cells["3"] and "unknown" in cells["3"]  # no progress reported
-    assert re.search(r"\d+(\.\d)? s", cells["0"])  # a duration is shown
+    assert "1 h 10 min" in cells["0"] and "1 h 45 min" in cells["1"]  # SEED_TIMES
+    assert "rank 5 · node-b" in cells["0"]  # where the primary failure landed
     assert 'href="/jobs/train-llama/cycles/3"' in html
-    svg = html[html.index('<svg class="plot"') : html.index("</svg>")]
-    assert svg.count("<circle") == 3  # cycles 0..2 reported progress, cycle 3 did not
-    assert "cycle 1: iteration 250" in svg and ">250<" in svg  # y axis max
+    # the cycles on a time axis: one bar per cycle coloured by verdict, gaps = downtime
+    tl = html[html.index('id="cycle-timeline"') :].split("</svg>")[0]
+    bars = re.findall(r'<rect class="bar (\w+)" data-cycle="(\d+)"', tl)
+    assert bars == [("restart", "0"), ("restart", "1"), ("restart", "2"), ("stop", "3")]
+    assert tl.count('<rect class="gap"') == 3 and "time (UTC)" in tl
+    assert "downtime before cycle 3: 10 min 00 s" in tl
+    assert f'id="goodput-value">{SEED_GOODPUT}%<' in html
+    # iterations over time: one point per cycle that reported progress, labelled axes
+    it = html[html.index('id="iterations-chart"') :].split("</svg>")[0]
+    assert it.count("<circle") == 3 and ">iteration<" in it and "time (UTC)" in it
+    assert ">250<" in it and "cycle 1: iteration 250 (RESTART)" in it
+    # where failures landed: ranks 5 (twice), 2 and 0; nodes node-b (twice), node-a
+    ranks = html[html.index('id="strip-rank"') :].split("</svg>")[0]
+    assert "rank 5 (2)" in ranks and "rank 2 (1)" in ranks and "rank 0 (1)" in ranks
+    assert ranks.count('<rect class="cell') == 4
+    nodes = html[html.index('id="strip-node"') :].split("</svg>")[0]
+    assert "node-b (2)" in nodes and "node-a (2)" in nodes
+    deciding = text_of(html[html.index('id="deciding"') :].split("</div>")[0])
+    assert "STOP cycle 3" in deciding and "python_syntax_error" in deciding
     assert "data-live-ms" not in html  # a stopped job does not poll
 
 
@@ -208,8 +225,8 @@ def test_jobs_list_is_bounded(site: dict[str, Any], monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(web.routes, "JOBS_LIMIT", 1)
     html = http_get(site["url"] + "/").text
-    assert html.count('<tr class="job"') == 1
-    assert 'id="jobs-limit">Showing the 1 most recently updated jobs.' in html
+    assert len(re.findall(r'<tr class="job[ "]', html)) == 1
+    assert 'id="jobs-limit">Showing the first 1 jobs (failing first' in html
 
 
 def test_job_page_revalidates_with_etag_until_the_job_changes(site: dict[str, Any]) -> None:

@@ -140,3 +140,77 @@ def test_fr_dumps_uploaded_to_the_service_show_on_the_cycle_page(analysed: dict[
     groups = html[html.index('id="fr-groups"') :].split("</table>")[0]
     assert "default_pg" in groups and "stalled" in groups and "all_reduce seq 5" in groups
     assert "rank 1: default_pg: never reached" in html
+
+
+def test_api_docs_are_served_without_a_cdn(analysed: dict[str, Any]) -> None:
+    svc = analysed["svc"]
+    with svc.client() as c:
+        docs = c.get("/docs")
+        redoc = c.get("/redoc")
+        assets = {n: c.get(f"/docs-assets/{n}") for n in ("swagger-ui-bundle.js", "swagger-ui.css")}
+        redoc_js = c.get("/docs-assets/redoc.standalone.js")
+        bad = [c.get(p) for p in ("/docs-assets/..%2Fcore.py", "/docs-assets/core.py")]
+        spec = c.get("/openapi.json")
+    assert docs.status_code == 200 and redoc.status_code == 200
+    for page in (docs.text, redoc.text):  # every script and stylesheet is local
+        urls = re.findall(r'(?:src|href)="([^"]+)"', page) + re.findall(r"url: '([^']+)'", page)
+        assert urls and all(u.startswith("/") for u in urls), urls
+    assert "/docs-assets/swagger-ui-bundle.js" in docs.text and "/openapi.json" in docs.text
+    assert "/docs-assets/redoc.standalone.js" in redoc.text
+    assert assets["swagger-ui-bundle.js"].headers["content-type"].startswith("text/javascript")
+    assert len(assets["swagger-ui-bundle.js"].content) > 100_000
+    assert assets["swagger-ui.css"].headers["content-type"].startswith("text/css")
+    assert redoc_js.status_code == 200 and len(redoc_js.content) > 100_000
+    assert [b.status_code for b in bad] == [404, 404]
+    assert spec.json()["info"]["title"] == "relaunch attribution service"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/docs", "/redoc", "/openapi.json", "/healthz", "/v1/jobs", f"/jobs/{JOB}/cycles/2/log"],
+)
+def test_head_works_on_every_get_route_of_the_service(analysed: dict[str, Any], path: str) -> None:
+    with analysed["svc"].client() as c:
+        get, head = c.get(path), c.head(path)
+    assert get.status_code == 200, (path, get.text[:200])
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert head.headers.get("content-length") == get.headers.get("content-length")
+
+
+def test_raw_log_through_the_service_allowed_root(analysed: dict[str, Any]) -> None:
+    svc, verdicts, logs = analysed["svc"], analysed["verdicts"], analysed["logs"]
+    line = verdicts[2]["primary"]["line"]
+    html = page(svc, f"/jobs/{JOB}/cycles/2")
+    assert f'id="raw-log-link" href="/jobs/{JOB}/cycles/2/log?around={line}#L{line}"' in html
+    raw = page(svc, f"/jobs/{JOB}/cycles/2/log?around={line}")
+    anchored = re.search(
+        rf'id="L{line}"><a class="ln" href="#L{line}" tabindex="-1">{line}</a>([^\n]*)', raw
+    )
+    expected = logs[2].read_text().splitlines()[line - 1]
+    assert anchored and anchored.group(1) == expected.replace("'", "&#39;")
+    assert verdicts[2]["primary"]["text"] in expected
+    with svc.client() as c:
+        txt = c.get(f"/jobs/{JOB}/cycles/2/log.txt")
+    assert txt.text == logs[2].read_text()
+
+
+def test_an_uploaded_log_can_be_followed_on_the_dashboard(analysed: dict[str, Any]) -> None:
+    svc = analysed["svc"]
+    with svc.client() as c:
+        r = c.post(
+            "/v1/jobs/upload-job/cycles/0/log",
+            params={"final": "false"},
+            content=b"[rank0]: step 1\n[rank0]: step 2\n",
+        )
+        assert r.status_code == 200, r.text
+        first = c.get("/jobs/upload-job/cycles/0/log", params={"follow": "1"})
+        assert first.status_code == 200 and 'id="L2"' in first.text
+        offset = int(re.search(r'data-offset="(\d+)"', first.text).group(1))  # type: ignore[union-attr]
+        c.post(
+            "/v1/jobs/upload-job/cycles/0/log",
+            params={"final": "false", "append": "true"},
+            content=b"[rank0]: step 3\n",
+        )
+        tail = c.get("/jobs/upload-job/cycles/0/log/tail", params={"offset": offset}).json()
+    assert tail["lines"] == ["[rank0]: step 3"] and tail["live"] is True

@@ -7,12 +7,20 @@ returns one (so the service can open the database lazily or swap it in tests).
 Pages (all readable without JavaScript; `static/live.js` refreshes them while a job runs
 by fetching the same URL with `?fragment=1`, which returns only the page's content):
 
-- `/` jobs with state and last verdict, and the search form;
-- `/jobs/{job}` the cycle timeline and the progress plot (inline SVG);
-- `/jobs/{job}/cycles/{n}` verdict, primary evidence, folded cascades, fingerprint, rule,
-  budgets, FR findings, LLM explanation, and `/jobs/{job}/cycles/{n}/audit.json`;
+- `/` jobs with their deciding verdict, failing first; filters and state counts;
+- `/jobs/{job}` cycle timeline on a time axis, goodput, iterations over time, where
+  failures landed (rank/node strips), node-health notes, the cycle table (server SVG);
+- `/jobs/{job}/cycles/{n}` verdict, next step, the log excerpt around the primary line,
+  evidence, folded cascades, budgets, FR findings, LLM explanation, and
+  `/jobs/{job}/cycles/{n}/audit.json`;
+- `/jobs/{job}/cycles/{n}/log` the raw log with line anchors (`?around=N`, `?start=N`,
+  `?follow=1`), `.../log.txt` the file, `.../log/tail?offset=B` what was written after B
+  (JSON; `static/logtail.js` follows a running cycle's log with it);
 - `/search?fingerprint=&failure_class=&decision=` history search;
-- `/static/{name}` the stylesheet and script.
+- `/static/{name}` the stylesheet and scripts.
+
+Every page answers GET and HEAD. Logs are read only through `log_access`, which the
+service gives (its confined opener over the allowed roots); without it they answer 404.
 
 Everything printed is escaped by Jinja2 autoescaping (log text is untrusted), and every
 page carries a Content-Security-Policy that allows only the dashboard's own script.
@@ -24,17 +32,25 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from storage import dashboard_queries
-from web import views
+from web import charts, logview, views
+from web.advice import next_step
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -46,7 +62,12 @@ SEARCH_LIMIT = 200
 # Every page route lives at `/` or under one of these; the service's auth layer uses them
 # for `--dashboard-public` (a test checks each route is covered).
 PAGE_PREFIXES = ("/jobs", "/search", "/static")
-JOBS_LIMIT = 500  # most recently updated jobs listed on /
+JOBS_LIMIT = 500  # jobs listed on / (failing first, then most recently updated)
+WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
+JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
+LOG_PAGE_LINES = 500
+NODE_NOTES = 30
+METHODS = ["GET", "HEAD"]
 TIMELINE_LIMIT = 1000  # most recent cycles shown on a job page
 FACETS = 30
 
@@ -60,6 +81,7 @@ SECURITY_HEADERS = {
 }
 
 RepoProvider = Callable[[], Any]
+LogAccess = Callable[[str], int]  # a log path -> a read-only file descriptor
 _BOOT = f"{os.getpid()}-{time.time_ns()}"  # a restarted (maybe upgraded) server re-renders
 
 
@@ -74,14 +96,54 @@ def _environment() -> Environment:
     return env
 
 
+def _window_text(window: str, since: datetime | None, until: datetime | None) -> str:
+    if window in WINDOWS and since is not None and until is None:
+        return f"in the last {window}"
+    if since or until:
+        a = since.strftime("%Y-%m-%d %H:%M UTC") if since else "the start"
+        b = until.strftime("%Y-%m-%d %H:%M UTC") if until else "now"
+        return f"active from {a} to {b}"
+    return "all time"
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
 
 
-def create_router(repo_provider: Any) -> APIRouter:
-    """The dashboard's routes over the repository that `repo_provider` gives."""
+def _parse_time(raw: str, name: str) -> datetime | None:
+    """An ISO date or date-time (UTC unless it says otherwise), or None when empty."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    if len(raw) > 40:
+        raise _BadRequest(400, f"{name} is too long")
+    try:
+        t = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise _BadRequest(
+            400, f"{name} must be a date or date-time like 2026-12-03 07:00, got {raw!r}"
+        ) from None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _parse_int(raw: str, name: str, default: int) -> int:
+    raw = raw.strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or len(raw) > 15:
+        raise _BadRequest(400, f"{name} must be a non-negative integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) -> APIRouter:
+    """The dashboard's routes over the repository that `repo_provider` gives.
+
+    `log_access(path)` returns a read-only descriptor of a cycle's log (the router closes
+    it) or raises an exception with a `status` (HTTP) attribute and a one-line message;
+    the service passes its confined opener (`ServiceState.open_log`: inside the allowed
+    roots, no symlink followed, regular files only). Without it, no log text is shown."""
     if callable(repo_provider) and not hasattr(repo_provider, "list_jobs"):
         get_repo: RepoProvider = repo_provider
     else:
@@ -118,7 +180,8 @@ def create_router(repo_provider: Any) -> APIRouter:
         return HTMLResponse(html, status_code=status, headers=headers)
 
     def page_etag(request: Request, job: Any, live: bool) -> str:
-        """A validator of a job page: every write to a job bumps its `updated_at`."""
+        """A validator of a job page: every write to a job bumps its `updated_at`. (A running
+        cycle's bar is drawn up to the time of the last change; a reload redraws it.)"""
         j = views.as_dict(job)
         fragment = request.query_params.get("fragment") == "1"
         key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
@@ -161,12 +224,67 @@ def create_router(repo_provider: Any) -> APIRouter:
             raise _BadRequest(400, f"cycle must be a non-negative integer, got {raw[:40]!r}")
         return int(raw)
 
-    @router.get("/", response_class=HTMLResponse)
-    def jobs_page(request: Request) -> Response:
-        return guarded(_jobs_page)(request)
+    def open_log(record: Any) -> BinaryIO:
+        """The cycle's log opened through `log_access` (the caller closes it)."""
+        raw = views.as_dict(record).get("log_path")
+        if not raw:
+            raise logview.LogUnavailable(404, "no log is recorded for this cycle")
+        if log_access is None:
+            raise logview.LogUnavailable(404, "this server does not serve log files")
+        try:
+            fd = log_access(str(raw))
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if not isinstance(status, int):
+                raise
+            raise logview.LogUnavailable(status, str(exc)) from None
+        return os.fdopen(fd, "rb")
 
-    def _jobs_page(request: Request) -> Response:
-        jobs = [views.job_row(j) for j in get_repo().list_jobs(limit=JOBS_LIMIT + 1)]
+    @router.api_route("/", methods=METHODS, response_class=HTMLResponse)
+    def jobs_page(
+        request: Request,
+        state: str = "",
+        job: str = "",
+        failure_class: str = "",
+        window: str = "",
+        since: str = "",
+        until: str = "",
+    ) -> Response:
+        return guarded(_jobs_page)(request, state, job, failure_class, window, since, until)
+
+    def _jobs_page(
+        request: Request,
+        state: str,
+        job: str,
+        failure_class: str,
+        window: str,
+        since_raw: str,
+        until_raw: str,
+    ) -> Response:
+        state, job, failure_class = state.strip(), job.strip(), failure_class.strip()
+        window = window.strip()
+        if state and state not in JOB_STATES:
+            raise _BadRequest(400, f"state must be one of {', '.join(JOB_STATES)}")
+        if window and window not in WINDOWS and window != "all":
+            raise _BadRequest(400, f"window must be one of {', '.join(WINDOWS)} or all")
+        if len(job) > 255 or len(failure_class) > 128:
+            raise _BadRequest(400, "filter term too long")
+        since, until = _parse_time(since_raw, "since"), _parse_time(until_raw, "until")
+        if since is None and window in WINDOWS:
+            since = datetime.now(timezone.utc) - timedelta(seconds=WINDOWS[window])
+        if since and until and since > until:
+            raise _BadRequest(400, "since must not be later than until")
+        repo = get_repo()
+        overviews = repo.job_overviews(
+            state=state or None,
+            job_query=job or None,
+            failure_class=failure_class or None,
+            since=since,
+            until=until,
+            limit=JOBS_LIMIT + 1,
+        )
+        jobs = [views.overview_row(o) for o in overviews]
+        filtered = bool(state or job or failure_class or since or until)
         return render(
             request,
             "jobs.html",
@@ -174,8 +292,22 @@ def create_router(repo_provider: Any) -> APIRouter:
             jobs=jobs[:JOBS_LIMIT],
             more_jobs=len(jobs) > JOBS_LIMIT,
             jobs_limit=JOBS_LIMIT,
-            fingerprint="",
-            failure_class="",
+            counts=repo.job_state_counts(since=since, until=until),
+            classes=[]
+            if request.query_params.get("fragment") == "1"  # the datalist is outside <main>
+            else [f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
+            states=JOB_STATES,
+            windows=list(WINDOWS),
+            f={
+                "state": state,
+                "job": job,
+                "failure_class": failure_class,
+                "window": window,
+                "since": since_raw.strip(),
+                "until": until_raw.strip(),
+            },
+            filtered=filtered,
+            window_text=_window_text(window, since, until),
         )
 
     def job_page(request: Request, job_id: str) -> Response:
@@ -194,7 +326,12 @@ def create_router(repo_provider: Any) -> APIRouter:
         rows = [
             views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
         ]
-        plot = views.progress_plot(rows)
+        if not jrow["live"]:  # a finished job runs nothing: a cycle it registered never ran
+            for r in rows:
+                if r["running"]:
+                    r["running"], r["cause"] = False, "never analysed (the job had ended)"
+        now = datetime.now(timezone.utc)
+        deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
         return render(
             request,
             "job.html",
@@ -202,7 +339,12 @@ def create_router(repo_provider: Any) -> APIRouter:
             etag=etag,
             job=jrow,
             cycles=rows,
-            plot=plot,
+            deciding=deciding,
+            timeline=charts.cycle_timeline(rows, now),
+            goodput=charts.goodput(rows, now),
+            iterations=charts.iterations_chart(rows, now),
+            strip=charts.failure_strip(rows),
+            notes=dashboard_queries.node_health_notes(repo, job_id, NODE_NOTES),
             shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
         )
 
@@ -218,8 +360,126 @@ def create_router(repo_provider: Any) -> APIRouter:
         job = repo.get_job(job_id)
         jrow = views.job_row(job) if job is not None else {"job_id": job_id, "live": False}
         detail = views.cycle_detail(record)
+        detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
+        excerpt, log_error = None, None
+        try:
+            with open_log(record) as fh:
+                if detail["primary"] and isinstance(detail["primary"].get("line"), int):
+                    excerpt = logview.excerpt(
+                        fh, detail["primary"]["line"], detail["primary"].get("rank")
+                    )
+        except logview.LogUnavailable as exc:
+            log_error = str(exc)
+        except OSError as exc:
+            log_error = f"cannot read the log: {exc.strerror or exc}"
         live = jrow["live"] and (not detail["has_verdict"] or detail["llm"] is None)
-        return render(request, "cycle.html", live=live, job=jrow, c=detail)
+        return render(
+            request,
+            "cycle.html",
+            live=live,
+            job=jrow,
+            c=detail,
+            excerpt=excerpt,
+            log_error=log_error,
+        )
+
+    def log_page(request: Request, job_id: str, cycle: str) -> Response:
+        return guarded(_log_page)(request, job_id, cycle)
+
+    def _cycle_and_log(job_id: str, raw_cycle: str) -> tuple[int, Any, BinaryIO]:
+        n = parse_cycle(raw_cycle)
+        record = get_repo().get_cycle(job_id, n)
+        if record is None:
+            raise _BadRequest(404, f"no cycle {n} of job {job_id!r} in the history")
+        try:
+            return n, record, open_log(record)
+        except logview.LogUnavailable as exc:
+            raise _BadRequest(exc.status, str(exc)) from None
+
+    def _log_page(request: Request, job_id: str, raw_cycle: str) -> Response:
+        n, record, fh = _cycle_and_log(job_id, raw_cycle)
+        fh.close()  # opened now: refused logs get their error before parameters are read
+        q = request.query_params
+        count = min(_parse_int(q.get("lines", ""), "lines", LOG_PAGE_LINES), 2000) or 1
+        around = _parse_int(q.get("around", ""), "around", 0)
+        start = _parse_int(q.get("start", ""), "start", max(1, around - count // 4) or 1)
+        follow = q.get("follow") == "1"
+        job = get_repo().get_job(job_id)
+        running = views.as_dict(record).get("status") == "registered"
+        try:
+            with open_log(record) as fh:
+                if follow:
+                    view = logview.last_lines(fh, count)
+                    view["more"] = False
+                    view["start"] = view["lines"][0][0] if view["lines"] else 1
+                else:
+                    view = logview.page(fh, start, count)
+        except logview.LogUnavailable as exc:
+            raise _BadRequest(exc.status, str(exc)) from None
+        except OSError as exc:
+            raise _BadRequest(404, f"cannot read the log: {exc.strerror or exc}") from None
+        return render(
+            request,
+            "log.html",
+            job={"job_id": job_id, **(views.job_row(job) if job else {})},
+            cycle=n,
+            log_path=views.as_dict(record).get("log_path"),
+            view=view,
+            count=count,
+            around=around,
+            follow=follow,
+            running=running,
+        )
+
+    def log_text(request: Request, job_id: str, cycle: str) -> Response:
+        return guarded(_log_text)(request, job_id, cycle)
+
+    def _log_text(request: Request, job_id: str, raw_cycle: str) -> Response:
+        _, _, fh = _cycle_and_log(job_id, raw_cycle)
+        size = os.fstat(fh.fileno()).st_size  # what is there now; a growing log: tail it
+
+        def chunks() -> Iterator[bytes]:
+            with fh:
+                left = size
+                while left > 0:
+                    data = fh.read(min(left, 1 << 16))
+                    if not data:
+                        return
+                    left -= len(data)
+                    yield data
+
+        return StreamingResponse(
+            chunks(),
+            media_type="text/plain; charset=utf-8",
+            headers={
+                **SECURITY_HEADERS,
+                "Cache-Control": "no-cache",
+                "Content-Length": str(size),
+            },
+        )
+
+    def log_tail(request: Request, job_id: str, cycle: str, offset: str = "0") -> Response:
+        try:
+            off = _parse_int(offset, "offset", 0)
+            n, record, fh = _cycle_and_log(job_id, cycle)
+            with fh:
+                data = logview.tail(fh, off)
+        except _BadRequest as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except OSError as exc:
+            return JSONResponse({"error": f"cannot read the log: {exc.strerror}"}, 404)
+        except Exception as exc:
+            if type(exc).__name__ == "StorageError":
+                return JSONResponse({"error": f"history database unavailable: {exc}"}, 503)
+            raise
+        job = get_repo().get_job(job_id)
+        live = bool(job and views.job_row(job)["live"]) and (
+            views.as_dict(record).get("status") == "registered"
+        )
+        data["live"] = live or bool(data.get("more"))
+        return JSONResponse(data, headers={"Cache-Control": "no-store"})
 
     def audit_json(request: Request, job_id: str, cycle: str) -> Response:
         return guarded(_audit_json)(request, job_id, cycle)
@@ -254,13 +514,17 @@ def create_router(repo_provider: Any) -> APIRouter:
 
     # Job ids may contain '/': the `path` converter takes them whole, so the more specific
     # routes go first.
-    router.add_api_route("/jobs/{job_id:path}/cycles/{cycle}/audit.json", audit_json)
+    cyc = "/jobs/{job_id:path}/cycles/{cycle}"
+    router.add_api_route(cyc + "/audit.json", audit_json, methods=METHODS)
+    router.add_api_route(cyc + "/log/tail", log_tail, methods=METHODS)
+    router.add_api_route(cyc + "/log.txt", log_text, methods=METHODS)
+    router.add_api_route(cyc + "/log", log_page, methods=METHODS, response_class=HTMLResponse)
+    router.add_api_route(cyc, cycle_page, methods=METHODS, response_class=HTMLResponse)
     router.add_api_route(
-        "/jobs/{job_id:path}/cycles/{cycle}", cycle_page, response_class=HTMLResponse
+        "/jobs/{job_id:path}", job_page, methods=METHODS, response_class=HTMLResponse
     )
-    router.add_api_route("/jobs/{job_id:path}", job_page, response_class=HTMLResponse)
 
-    @router.get("/search", response_class=HTMLResponse)
+    @router.api_route("/search", methods=METHODS, response_class=HTMLResponse)
     def search_page(
         request: Request,
         fingerprint: str = "",
@@ -311,7 +575,7 @@ def create_router(repo_provider: Any) -> APIRouter:
             decision=decision,
         )
 
-    @router.get("/static/{name}")
+    @router.api_route("/static/{name}", methods=METHODS)
     def static_file(name: str) -> Response:
         path = STATIC / name
         if (

@@ -112,7 +112,36 @@ def cycle_row(record: Any) -> dict[str, Any]:
         "iteration": progress_reached(c),
         "checkpoint": c.get("last_checkpoint"),
         "llm": bool(c.get("llm_contributed")) or bool(c.get("llm")),
+        "started_at": _time(c.get("started_at")),
+        "ended_at": _time(c.get("ended_at")),
+        "analysed_at": _time(c.get("analysed_at")),
+        "running": c.get("status") == "registered" and not c.get("ended_at"),
+        "first_iteration": _int(c.get("first_iteration")),
+        "primary_rank": _int(c.get("primary_rank")),
+        "node_of": c.get("primary_node") or c.get("node"),
     }
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def overview_row(o: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of the jobs list: `HistoryRepository.job_overviews` with its deciding verdict."""
+    d = o.get("deciding") or {}
+    row = job_row(o)
+    row.update(
+        decision=d.get("decision"),
+        decision_cycle=d.get("cycle"),
+        rule=d.get("rule"),
+        basis=d.get("basis") or "",
+        failure_class=d.get("failure_class"),
+        rank=d.get("rank"),
+        node=d.get("node"),
+        decided=fmt_time(d.get("analysed_at")),
+        failing=row["state"] in ("stopped", "failed") or d.get("decision") == "STOP",
+    )
+    return row
 
 
 def job_row(record: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@
           if (open.indexOf(s.textContent) >= 0) { s.parentNode.setAttribute("open", ""); }
         });
         if (r.live !== null) { main.setAttribute("data-live-ms", r.live); }
-        if (status) { status.textContent = "live · updated " + new Date().toLocaleTimeString(); }
+        if (status) { status.textContent = "live · updated " + new Date().toISOString().slice(11, 19) + " UTC"; }
         schedule();
       })
       .catch(function (err) {
