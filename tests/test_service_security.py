@@ -258,6 +258,9 @@ def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):  # 
         err(anon.get("/logs", params={"log_path": "/x"}), 401, "unauthorized")
         err(anon.post("/jobs/x", json={}), 401, "unauthorized")
         err(anon.get("/jobsx"), 401, "unauthorized")
+        # whole cycle logs may hold secrets: never public
+        for raw in ("log", "log.txt", "log/tail"):
+            err(anon.get(f"/jobs/x/cycles/0/{raw}"), 401, "unauthorized")
     with opened.client() as good:
         assert good.get("/v1/jobs").status_code == 200
 
@@ -270,6 +273,7 @@ def test_every_dashboard_route_is_covered_by_the_public_read_rule():
         concrete = route.path.replace("{job_id:path}", "j/1").replace("{cycle}", "0")
         concrete = concrete.replace("{name}", "style.css")
         for method in route.methods:
-            assert is_dashboard_read(method, concrete), (method, route.path)
+            raw_log = concrete.endswith(("/log", "/log.txt", "/log/tail"))
+            assert is_dashboard_read(method, concrete) is not raw_log, (method, route.path)
     assert not is_dashboard_read("POST", "/jobs/j")
     assert not is_dashboard_read("GET", "/v1/jobs")

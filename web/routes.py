@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -62,6 +63,10 @@ SEARCH_LIMIT = 200
 # Every page route lives at `/` or under one of these; the service's auth layer uses them
 # for `--dashboard-public` (a test checks each route is covered).
 PAGE_PREFIXES = ("/jobs", "/search", "/static")
+# The raw cycle-log routes: whole logs may hold secrets, so `--dashboard-public` does not
+# open them (attribution.service.limits.is_dashboard_read). Errs on the safe side: a job
+# whose own id ends like this needs the token for its page too.
+RAW_LOG_PATH = re.compile(r"^/jobs/.+/cycles/[^/]+/log(?:\.txt|/tail)?$")
 JOBS_LIMIT = 500  # jobs listed on / (failing first, then most recently updated)
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
 JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")

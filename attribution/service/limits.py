@@ -17,7 +17,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from attribution.service.errors import ERROR_STATUS, ApiError
-from web.routes import PAGE_PREFIXES
+from web.routes import PAGE_PREFIXES, RAW_LOG_PATH
 
 OPEN_PATHS = ("/healthz",)
 READ_METHODS = ("GET", "HEAD")
@@ -26,9 +26,10 @@ READ_METHODS = ("GET", "HEAD")
 def is_dashboard_read(method: str, path: str) -> bool:
     """True for a GET/HEAD of a dashboard page: `/` or under `web.routes.PAGE_PREFIXES`.
 
-    Read-only pages are open without the token only with `--dashboard-public`.
+    Read-only pages are open without the token only with `--dashboard-public`; the raw
+    cycle-log routes (`web.routes.RAW_LOG_PATH`) are not pages: they always need it.
     """
-    if method not in READ_METHODS:
+    if method not in READ_METHODS or RAW_LOG_PATH.match(path):
         return False
     return path == "/" or any(path == p or path.startswith(p + "/") for p in PAGE_PREFIXES)
 
