@@ -9,19 +9,25 @@ cycle number of the job). Without `--db` nothing is saved and the history is emp
 Exit codes: 0 a verdict was printed (STOP or RESTART: read the verdict, not the code);
 2 bad input (usage, missing/unreadable log, directory, device, bad --cycle/--job-id);
 3 the database cannot be used (bad --db URL, unreachable server, locked or unwritable file).
+
+LOG may be gzip-compressed (recognised by its magic bytes) or `-` for stdin; a binary
+file is refused (exit 2; what counts as binary: relaunch_cli/log_source.py). Without
+`--cycle`, the cycle number is allocated in the database (`allocate_cycle`), so concurrent
+`analyze` runs on one job never share one. Text output escapes terminal control characters.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 from typing import Any
 
+from attribution.terminal import safe_line, safe_text
 from relaunch_cli import llm_options
+from relaunch_cli.cli_args import MAX_INT32, ArgumentParser, bounded_int
 from relaunch_cli.errors import UserError
+from relaunch_cli.log_source import ReadLog, read_log
 
 EXIT_BAD_INPUT = 2
 EXIT_DB = 3
@@ -29,7 +35,7 @@ FIRST_CYCLE = 0
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Analyse one cycle log and print a STOP/RESTART verdict.",
         epilog=(
@@ -37,12 +43,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             "3 database unusable. See docs/storage.md."
         ),
     )
-    p.add_argument("log", metavar="LOG", help="the cycle log to analyse")
+    p.add_argument(
+        "log", metavar="LOG", help="the cycle log to analyse (gzip too; `-`: standard input)"
+    )
     p.add_argument("--job-id", help="job the cycle belongs to (history key with --db)")
     p.add_argument(
         "--cycle",
-        type=int,
-        help="cycle number (>= 0); default with --db: the job's next cycle number",
+        type=bounded_int(0, MAX_INT32),
+        help=f"cycle number (0 to {MAX_INT32}); default with --db: the job's next cycle number",
     )
     p.add_argument(
         "--db",
@@ -51,51 +59,38 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "without it nothing is saved and history is empty",
     )
     p.add_argument("--format", choices=("json", "text"), default="text", help="output format")
+    p.add_argument(
+        "--allow-binary",
+        action="store_true",
+        help="analyse a file that looks binary instead of refusing it",
+    )
     llm_options.add_arguments(p)
     return p
 
 
-def _check_log(path: str) -> None:
-    if not os.path.lexists(path):
-        raise UserError(f"no such file: {path}", EXIT_BAD_INPUT)
-    if os.path.isdir(path):
-        raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT)
-    if not os.path.exists(path):
-        raise UserError(f"broken symbolic link: {path}", EXIT_BAD_INPUT)
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        # a device such as /dev/zero never ends, a FIFO blocks, a socket cannot be read
-        raise UserError(f"not a regular file: {path}", EXIT_BAD_INPUT)
-    try:
-        with open(path, "rb") as f:
-            f.read(0)
-    except PermissionError:
-        raise UserError(f"permission denied: {path}", EXIT_BAD_INPUT) from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.cycle is not None and args.cycle < 0:
-        raise UserError(f"--cycle must be >= 0, got {args.cycle}", EXIT_BAD_INPUT)
     if args.job_id is not None and (not args.job_id.strip() or len(args.job_id) > 255):
         raise UserError("--job-id must be 1 to 255 characters", EXIT_BAD_INPUT)
     if args.db is not None and args.job_id is None:
         raise UserError("--db needs --job-id (the job whose history to use)", EXIT_BAD_INPUT)
-    _check_log(args.log)
     llm_config = llm_options.config_from_args(args)
+    if llm_config is None and not args.llm:  # a half LLM configuration is an error here too
+        llm_options.config_from_args(argparse.Namespace(**{**vars(args), "llm": None}))
+    log = read_log(args.log, hash_log=args.db is not None, allow_binary=args.allow_binary)
+    for warning in log.warnings:
+        print(f"relaunch analyze: warning: {safe_line(warning)}", file=sys.stderr)
 
     if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
-        return _analyze(args, llm_config)
+        return _analyze(args, llm_config, log)
     from storage import StorageError
 
     try:
-        return _analyze(args, llm_config)
+        return _analyze(args, llm_config, log)
     except StorageError as exc:
         raise UserError(str(exc), EXIT_DB) from None
 
 
-def _analyze(args: argparse.Namespace, llm_config: Any) -> int:
+def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
     from attribution.engine import AttributionEngine
 
     repo = None
@@ -105,16 +100,15 @@ def _analyze(args: argparse.Namespace, llm_config: Any) -> int:
 
         repo = open_repository(args.db)
         if cycle is None:
-            cycle = repo.next_cycle(args.job_id, first=FIRST_CYCLE)
+            cycle = repo.allocate_cycle(args.job_id, first=FIRST_CYCLE)
     engine = AttributionEngine(repo)
-    try:
-        verdict = engine.analyze_cycle(args.job_id if repo else None, cycle, args.log)
-    except FileNotFoundError:
-        raise UserError(f"no such file: {args.log}", EXIT_BAD_INPUT) from None
-    except IsADirectoryError:
-        raise UserError(f"is a directory, not a log file: {args.log}", EXIT_BAD_INPUT) from None
-    except PermissionError:
-        raise UserError(f"permission denied: {args.log}", EXIT_BAD_INPUT) from None
+    verdict = engine.analyze_cycle(
+        args.job_id if repo else None,
+        cycle,
+        args.log,
+        evidence=log.evidence,
+        log_identity=log.identity,
+    )
     if llm_config is not None:
         verdict = _enrich(verdict, args, llm_config, engine, repo, cycle)
     out = dict(verdict)
@@ -129,7 +123,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(format_text(out))
+        sys.stdout.write(safe_text(format_text(out)))
     return 0
 
 
@@ -147,7 +141,8 @@ def _enrich(
 
         enriched = llm.enrich_and_apply(verdict, args.log, config, engine.policy)
     except Exception as exc:  # an LLM failure never costs the deterministic verdict
-        print(f"relaunch analyze: warning: LLM enrichment failed: {exc}", file=sys.stderr)
+        msg = safe_line(str(exc))
+        print(f"relaunch analyze: warning: LLM enrichment failed: {msg}", file=sys.stderr)
         return verdict
     if repo is not None:
         repo.save_llm(args.job_id, cycle, dict(enriched.get("llm") or {}))

@@ -12,13 +12,14 @@ import argparse
 import json
 from typing import Any
 
+from relaunch_cli.cli_args import ArgumentParser
 from relaunch_cli.errors import UserError
 
 EXIT_DIFFERENCE = 1
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Re-check audit artifacts: recompute each verdict from its recorded inputs.",
     )

@@ -6,11 +6,14 @@ import argparse
 import json
 import sys
 
+from relaunch_cli.cli_args import ArgumentParser, bounded_int
 from relaunch_cli.errors import UserError
+
+MAX_WORKERS = 256
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Analyse NCCL/gloo Flight Recorder dumps (one file per rank, pickle or "
         "JSON) and name the ranks that stalled a collective.",
@@ -18,7 +21,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="DIR_OR_FILES", help="dump files or directories")
     p.add_argument("--format", choices=("json", "text"), default="text", help="output format")
     p.add_argument(
-        "--workers", type=int, default=None, help="reader processes (default: automatic)"
+        "--workers",
+        type=bounded_int(1, MAX_WORKERS),
+        default=None,
+        help=f"reader processes, 1 to {MAX_WORKERS} (default: automatic)",
     )
     return p
 
@@ -26,8 +32,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from attribution.fr import NoDumpsError, analyze_paths, render_text
 
-    if args.workers is not None and args.workers < 1:
-        raise UserError("--workers must be at least 1")
     try:
         result = analyze_paths(args.paths, workers=args.workers)
     except FileNotFoundError as exc:

@@ -21,6 +21,8 @@ from relaunch_cli.errors import UserError
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONTEXT_TOKENS = 8192
+MAX_TIMEOUT_S = 86400.0  # one day: longer is a typo, and overflows thread timeouts when huge
+MAX_CONTEXT_TOKENS = 100_000_000
 
 
 def _positive_float(text: str) -> float:
@@ -28,18 +30,22 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, got {text[:20]!r}"
+        )
     return value
 
 
 def _context_tokens(text: str) -> int:
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 20 else -1
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of tokens, got {text!r}") from None
-    if value < 1024:
-        raise argparse.ArgumentTypeError(f"must be at least 1024 tokens, got {value}")
+    if not 1024 <= value <= MAX_CONTEXT_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1024 and {MAX_CONTEXT_TOKENS} tokens, got {text[:20]}"
+        )
     return value
 
 

@@ -8,13 +8,14 @@ import logging
 import os
 import sys
 
+from relaunch_cli.cli_args import ArgumentParser, bounded_int
 from relaunch_cli.errors import UserError
 
 DEFAULT_PORT = 8765
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Model Context Protocol server for agents: job history, verdict "
         "explanations, log and Flight Recorder analysis. Speaks MCP on stdio by default.",
@@ -33,7 +34,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})"
+        "--port",
+        type=bounded_int(1, 65535),
+        default=DEFAULT_PORT,
+        help=f"HTTP port (default {DEFAULT_PORT})",
     )
     p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     return p

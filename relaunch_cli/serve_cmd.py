@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 from relaunch_cli import llm_options
+from relaunch_cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch_cli.errors import UserError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -20,13 +21,16 @@ DEFAULT_PORT = 8570
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=prog,
         description="Run the attribution service (NVRx-compatible /logs, /v1 API) and dashboard.",
     )
     p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default 127.0.0.1)")
     p.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="TCP port (default 8570; 0: any free)"
+        "--port",
+        type=bounded_int(0, 65535),
+        default=DEFAULT_PORT,
+        help="TCP port (default 8570; 0: any free)",
     )
     p.add_argument("--uds", metavar="PATH", help="listen on this Unix socket instead of TCP")
     p.add_argument(
@@ -54,22 +58,35 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--webhook-url", metavar="URL", help="POST each completed verdict as JSON to this URL"
     )
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest JSON request body")
     p.add_argument(
-        "--max-upload-bytes", type=int, default=1 << 30, help="largest uploaded log or FR dump set"
+        "--max-body-bytes",
+        type=bounded_int(1, 2**40),
+        default=1 << 20,
+        help="largest JSON request body",
+    )
+    p.add_argument(
+        "--max-upload-bytes",
+        type=bounded_int(1, 2**50),
+        default=1 << 30,
+        help="largest uploaded log or FR dump set",
     )
     p.add_argument(
         "--rate-limit",
-        type=float,
+        type=bounded_float(0, 1e6),
         default=200.0,
         metavar="PER_S",
         help="requests per second and client (0: off)",
     )
-    p.add_argument("--rate-burst", type=int, default=400, help="burst size of the rate limit")
     p.add_argument(
-        "--max-pending", type=int, default=256, help="analyses queued or running before 503"
+        "--rate-burst", type=bounded_int(0, 10**9), default=400, help="burst size of the rate limit"
     )
-    p.add_argument("--workers", type=int, default=2, help="analysis threads")
+    p.add_argument(
+        "--max-pending",
+        type=bounded_int(1, 10**6),
+        default=256,
+        help="analyses queued or running before 503",
+    )
+    p.add_argument("--workers", type=bounded_int(1, 1024), default=2, help="analysis threads")
     p.add_argument(
         "--analysis-timeout",
         type=float,
@@ -79,7 +96,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--poll-interval",
-        type=float,
+        type=bounded_float(0.01, 3600),
         default=0.5,
         metavar="S",
         help="how often progressive logs are read (seconds)",

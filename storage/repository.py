@@ -490,6 +490,31 @@ class HistoryRepository:
 
         return self._reading(op)
 
+    def allocate_cycle(self, job_id: str, first: int = 0) -> int:
+        """Claim the job's next cycle number for the caller: one more than its highest
+        stored cycle (`first` for a new job), registered in the same write transaction.
+
+        The transaction takes the write lock first (SQLite `BEGIN IMMEDIATE`; PostgreSQL:
+        the job row `FOR UPDATE`), so two processes allocating for one job queue and get
+        different numbers; a lost insert race on the (job, cycle) unique constraint is
+        retried. The claimed cycle is `registered` until its verdict is saved.
+        """
+        job_id, first = _check_job_id(job_id), _check_cycle(first)
+
+        def op(session: Session) -> int:
+            job = self._job(session, job_id)
+            assert job is not None
+            top = session.scalar(select(func.max(Cycle.cycle)).where(Cycle.job_pk == job.id))
+            cycle = first if top is None else int(top) + 1
+            _check_cycle(cycle)
+            row, _ = self._cycle_row(session, job, cycle)
+            row.started_at = _now()
+            job.updated_at = _now()
+            self._prune(session, job)
+            return cycle
+
+        return self._write_retrying(op)
+
     def get_cycle(self, job_id: str, cycle: int) -> CycleRecord | None:
         """One cycle with its verdict, evidence rows, FR findings and LLM enrichment."""
         job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)

@@ -1,0 +1,211 @@
+"""Read the log `relaunch analyze` was given: a file, a gzip file, or `-` (stdin).
+
+Owns opening the log safely (regular files only, checked on the opened descriptor:
+`O_NONBLOCK` so a FIFO swapped in cannot block, `fstat` so a device such as /dev/zero is
+refused), gzip decompression (recognised by its magic bytes, whatever the name; several
+members are read in turn), the binary-file check, and streaming the text through the
+restart agent's `LogScanner` (with SHA-256 when asked and a progress bar on a terminal).
+
+Binary: a log is refused as binary when it starts with the magic bytes of a known binary
+format (ELF, pickle, zip, PNG, xz, zstd), or when, in its first 64 KiB with NUL bytes left
+out, at least 512 bytes remain and more than 10% of them are control characters other
+than tab, newline, carriage return, form feed, vertical tab, backspace and escape. NUL
+bytes never count: crashed nodes leave runs of them in logs, and those logs are analysed.
+Binary junk after the first 64 KiB is analysed like any other bytes. `--allow-binary`
+analyses a binary file anyway.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import stat
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from relaunch_cli.errors import UserError
+from relaunch_cli.progress import ProgressBar
+
+EXIT_BAD_INPUT = 2
+CHUNK = 1 << 20
+SNIFF_BYTES = 64 << 10
+SNIFF_MIN_TEXT = 512
+SNIFF_MAX_CONTROL = 0.10
+_TEXT_CONTROLS = b"\t\n\r\f\v\b\x1b"
+_CONTROLS = bytes(b for b in (*range(0x20), 0x7F) if b not in _TEXT_CONTROLS and b != 0)
+_GZIP_MAGIC = b"\x1f\x8b"
+_MAGIC = (
+    (b"\x7fELF", "an ELF executable"),
+    (b"\x80\x02", "a Python pickle"),
+    (b"\x80\x03", "a Python pickle"),
+    (b"\x80\x04", "a Python pickle"),
+    (b"\x80\x05", "a Python pickle"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"\x28\xb5\x2f\xfd", "a zstd archive"),
+)
+
+
+@dataclass
+class ReadLog:
+    evidence: Any  # restart_agent CycleEvidence
+    identity: dict[str, Any]  # {"path", "size", "sha256"} of the text analysed
+    warnings: list[str]
+
+
+def binary_reason(head: bytes) -> str | None:
+    """Why `head` (the first bytes of a log) is binary, or None when it is text."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"it is {what}"
+    sample = head[:SNIFF_BYTES].replace(b"\x00", b"")
+    if len(sample) < SNIFF_MIN_TEXT:
+        return None
+    controls = len(sample) - len(sample.translate(None, _CONTROLS))
+    share = controls / len(sample)
+    if share > SNIFF_MAX_CONTROL:
+        return (
+            f"{share:.0%} of its first {len(head[:SNIFF_BYTES]) >> 10 or 1} KiB are control bytes"
+        )
+    return None
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open `path` for reading; only a regular file (checked on the descriptor) is accepted."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UserError(f"broken symbolic link: {path}", EXIT_BAD_INPUT) from None
+        raise UserError(f"no such file: {path}", EXIT_BAD_INPUT) from None
+    except PermissionError:
+        raise UserError(f"permission denied: {path}", EXIT_BAD_INPUT) from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT)
+        if not stat.S_ISREG(mode):
+            # a device such as /dev/zero never ends, a FIFO blocks, a socket cannot be read
+            raise UserError(f"not a regular file: {path}", EXIT_BAD_INPUT)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class _Reader:
+    """Chunks of a log's text: raw bytes, or gzip members decompressed in turn."""
+
+    def __init__(self, raw: BinaryIO, name: str) -> None:
+        self.raw = raw
+        self.name = name
+        self.gz: gzip.GzipFile | None = None
+        self._pending = b""
+        self.raw_read = 0
+
+    def _raw_read(self, n: int) -> bytes:
+        data = self.raw.read(n)
+        self.raw_read += len(data or b"")
+        return data or b""
+
+    def head(self) -> bytes:
+        """The first bytes, read ahead (decompressed when gzip)."""
+        first = self._raw_read(CHUNK)
+        if first.startswith(_GZIP_MAGIC):
+            self.gz = gzip.GzipFile(fileobj=_Prefixed(first, self), mode="rb")
+            self._pending = self._gz_read(SNIFF_BYTES)
+        else:
+            self._pending = first
+        return self._pending
+
+    def _gz_read(self, n: int) -> bytes:
+        assert self.gz is not None
+        return self.gz.read(n)
+
+    def read(self) -> bytes:
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return data
+        return self._gz_read(CHUNK) if self.gz is not None else self._raw_read(CHUNK)
+
+
+class _Prefixed:
+    """A file object that first returns `prefix`, then the rest of the reader's raw stream."""
+
+    def __init__(self, prefix: bytes, reader: _Reader) -> None:
+        self.prefix = prefix
+        self.reader = reader
+
+    def read(self, n: int = -1) -> bytes:
+        if self.prefix:
+            n = len(self.prefix) if n is None or n < 0 else n
+            data, self.prefix = self.prefix[:n], self.prefix[n:]
+            return data
+        return self.reader._raw_read(CHUNK if n is None or n < 0 else n)
+
+
+def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLog:
+    """Scan the log at `path` (`-`: stdin); raises `UserError` (exit 2) for an unusable one."""
+    from restart_agent.scanner import LogScanner
+
+    stdin = path == "-"
+    if stdin:
+        raw: BinaryIO = sys.stdin.buffer
+        total = None
+        try:
+            st = os.fstat(raw.fileno())
+            total = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except (OSError, ValueError, AttributeError):
+            pass
+    else:
+        raw = open_regular(path)
+        total = os.fstat(raw.fileno()).st_size
+    name = "<stdin>" if stdin else path
+    reader = _Reader(raw, name)
+    scanner = LogScanner()
+    hasher = hashlib.sha256() if hash_log else None
+    warnings: list[str] = []
+    size = 0
+    bar = ProgressBar.for_stream(total, label="relaunch analyze: ")
+    try:
+        try:
+            head = reader.head()
+            if not allow_binary:
+                why = binary_reason(head)
+                if why is not None:
+                    raise UserError(
+                        f"{name} looks like a binary file, not a log ({why}); "
+                        "--allow-binary analyses it anyway",
+                        EXIT_BAD_INPUT,
+                    )
+            while data := reader.read():
+                size += len(data)
+                scanner.feed(data)
+                if hasher is not None:
+                    hasher.update(data)
+                bar.update(reader.raw_read)
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+            plain_os_error = isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile)
+            if plain_os_error and reader.gz is None:
+                raise UserError(f"cannot read {name}: {exc.strerror or exc}") from None
+            if size == 0:
+                raise UserError(f"{name}: {what} gzip data ({exc})", EXIT_BAD_INPUT) from None
+            warnings.append(f"{name}: {what} gzip data; analysed the {size} bytes before it")
+    finally:
+        bar.close()
+        if not stdin:
+            raw.close()
+    identity = {
+        "path": None if stdin else path,
+        "size": size,
+        "sha256": hasher.hexdigest() if hasher is not None else None,
+    }
+    return ReadLog(scanner.finish(), identity, warnings)
