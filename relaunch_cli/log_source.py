@@ -17,12 +17,13 @@ analyses a binary file anyway.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+import itertools
 import os
 import stat
 import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -101,54 +102,73 @@ def open_regular(path: str) -> BinaryIO:
 
 
 class _Reader:
-    """Chunks of a log's text: raw bytes, or gzip members decompressed in turn."""
+    """Chunks of a log's text: raw bytes, or gzip members decompressed in turn.
 
-    def __init__(self, raw: BinaryIO, name: str) -> None:
+    Decompression is incremental (at most `CHUNK` bytes out per step), so a gzip bomb costs
+    time, not memory; what decompressed before a truncation or corruption is kept, and
+    `problem` says what happened."""
+
+    def __init__(self, raw: BinaryIO) -> None:
         self.raw = raw
-        self.name = name
-        self.gz: gzip.GzipFile | None = None
-        self._pending = b""
         self.raw_read = 0
+        self.problem: str | None = None
 
-    def _raw_read(self, n: int) -> bytes:
-        data = self.raw.read(n)
-        self.raw_read += len(data or b"")
-        return data or b""
+    def _raw(self) -> bytes:
+        data = self.raw.read(CHUNK) or b""
+        self.raw_read += len(data)
+        return data
 
-    def head(self) -> bytes:
-        """The first bytes, read ahead (decompressed when gzip)."""
-        first = self._raw_read(CHUNK)
+    def chunks(self) -> Iterator[bytes]:
+        first = self._raw()
         if first.startswith(_GZIP_MAGIC):
-            self.gz = gzip.GzipFile(fileobj=_Prefixed(first, self), mode="rb")
-            self._pending = self._gz_read(SNIFF_BYTES)
-        else:
-            self._pending = first
-        return self._pending
+            return self._gunzip(first)
+        return self._plain(first)
 
-    def _gz_read(self, n: int) -> bytes:
-        assert self.gz is not None
-        return self.gz.read(n)
+    def _plain(self, first: bytes) -> Iterator[bytes]:
+        data = first
+        while data:
+            yield data
+            data = self._raw()
 
-    def read(self) -> bytes:
-        if self._pending:
-            data, self._pending = self._pending, b""
-            return data
-        return self._gz_read(CHUNK) if self.gz is not None else self._raw_read(CHUNK)
+    def _gunzip(self, first: bytes) -> Iterator[bytes]:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = first
+        while True:
+            try:
+                out = d.decompress(buf, CHUNK)
+            except zlib.error as exc:
+                self.problem = f"corrupt gzip data ({exc})"
+                return
+            if out:
+                yield out
+            buf = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data or self._raw()
+                if not rest:
+                    return  # the clean end
+                if not rest.strip(b"\x00"):  # zero padding after the last member
+                    self._only_zeros_left()
+                    return
+                if not rest.startswith(_GZIP_MAGIC):
+                    self.problem = "data after the end of the gzip stream"
+                    return
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
+                buf = rest
+                continue
+            if not buf:
+                buf = self._raw()
+                if not buf:
+                    tail = d.flush()
+                    if tail:
+                        yield tail
+                    self.problem = "truncated gzip data"
+                    return
 
-
-class _Prefixed:
-    """A file object that first returns `prefix`, then the rest of the reader's raw stream."""
-
-    def __init__(self, prefix: bytes, reader: _Reader) -> None:
-        self.prefix = prefix
-        self.reader = reader
-
-    def read(self, n: int = -1) -> bytes:
-        if self.prefix:
-            n = len(self.prefix) if n is None or n < 0 else n
-            data, self.prefix = self.prefix[:n], self.prefix[n:]
-            return data
-        return self.reader._raw_read(CHUNK if n is None or n < 0 else n)
+    def _only_zeros_left(self) -> None:
+        while data := self._raw():
+            if data.strip(b"\x00"):
+                self.problem = "data after the end of the gzip stream"
+                return
 
 
 def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLog:
@@ -168,41 +188,43 @@ def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLo
         raw = open_regular(path)
         total = os.fstat(raw.fileno()).st_size
     name = "<stdin>" if stdin else path
-    reader = _Reader(raw, name)
+    reader = _Reader(raw)
     scanner = LogScanner()
     hasher = hashlib.sha256() if hash_log else None
     warnings: list[str] = []
     size = 0
     bar = ProgressBar.for_stream(total, label="relaunch analyze: ")
     try:
-        try:
-            head = reader.head()
-            if not allow_binary:
-                why = binary_reason(head)
-                if why is not None:
-                    raise UserError(
-                        f"{name} looks like a binary file, not a log ({why}); "
-                        "--allow-binary analyses it anyway",
-                        EXIT_BAD_INPUT,
-                    )
-            while data := reader.read():
-                size += len(data)
-                scanner.feed(data)
-                if hasher is not None:
-                    hasher.update(data)
-                bar.update(reader.raw_read)
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            what = "truncated" if isinstance(exc, EOFError) else "corrupt"
-            plain_os_error = isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile)
-            if plain_os_error and reader.gz is None:
-                raise UserError(f"cannot read {name}: {exc.strerror or exc}") from None
-            if size == 0:
-                raise UserError(f"{name}: {what} gzip data ({exc})", EXIT_BAD_INPUT) from None
-            warnings.append(f"{name}: {what} gzip data; analysed the {size} bytes before it")
+        chunks = reader.chunks()
+        head = b""
+        for data in chunks:  # the first 64 KiB of text decide whether it is binary
+            head += data
+            if len(head) >= SNIFF_BYTES:
+                break
+        if not allow_binary:
+            why = binary_reason(head)
+            if why is not None:
+                raise UserError(
+                    f"{name} looks like a binary file, not a log ({why}); "
+                    "--allow-binary analyses it anyway",
+                    EXIT_BAD_INPUT,
+                )
+        for data in itertools.chain((head,), chunks):
+            size += len(data)
+            scanner.feed(data)
+            if hasher is not None:
+                hasher.update(data)
+            bar.update(reader.raw_read)
+    except OSError as exc:
+        raise UserError(f"cannot read {name}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
     finally:
         bar.close()
         if not stdin:
             raw.close()
+    if reader.problem is not None:
+        if size == 0:
+            raise UserError(f"{name}: {reader.problem}", EXIT_BAD_INPUT)
+        warnings.append(f"{name}: {reader.problem}; analysed the {size} bytes before it")
     identity = {
         "path": None if stdin else path,
         "size": size,
