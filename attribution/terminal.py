@@ -2,7 +2,8 @@
 
 Owns `safe_text`, the one escaping every human-facing output uses (`relaunch analyze`,
 `fr`, `audit` in text form): C0 control characters other than newline and tab, DEL, the
-C1 controls (U+0080-U+009F) and the Unicode bidirectional controls are replaced by a
+C1 controls (U+0080-U+009F), the Unicode bidirectional controls and lone surrogates are
+replaced by a
 visible `\\xNN` / `\\uNNNN` escape, so a log line cannot set the terminal title (OSC),
 plant a hyperlink (OSC 8), clear the screen, move the cursor or reorder what is shown.
 """
@@ -24,8 +25,11 @@ _TABLE: dict[int, str] = {
 
 
 def safe_text(text: str) -> str:
-    """`text` with every terminal control character escaped; newline and tab are kept."""
-    return text.translate(_TABLE)
+    """`text` with every terminal control character escaped; newline and tab are kept.
+
+    Lone surrogates (from file names that are not UTF-8) become `\\udcNN`, so printing the
+    result never raises UnicodeEncodeError."""
+    return text.translate(_TABLE).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def safe_line(text: str) -> str:

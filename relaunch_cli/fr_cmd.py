@@ -1,4 +1,11 @@
-"""`relaunch fr DIR_OR_FILES... [--format json|text]`: analyse Flight Recorder dumps."""
+"""`relaunch fr DIR_OR_FILES... [--format json|text]`: analyse Flight Recorder dumps.
+
+Only regular files are read (a FIFO, device or socket is refused on the opened descriptor;
+symbolic links inside a directory are not followed), each at most 1 GiB counted as read.
+A dump that cannot be used is listed under `unreadable` with the reason.
+Exit codes: 0 the set was analysed (unreadable dumps, if any, are listed in the report);
+2 bad input: usage, a missing path, or no readable dump at all (one line on stderr).
+"""
 
 from __future__ import annotations
 
@@ -40,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     except PermissionError as exc:
         raise UserError(f"permission denied: {exc.filename}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
     if args.format == "json":
         sys.stdout.write(json.dumps(result) + "\n")
     else:

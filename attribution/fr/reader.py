@@ -18,6 +18,7 @@ import json
 import os
 import pickle
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,13 @@ from typing import Any
 # A file is a rank dump when its name ends in the rank number (an optional
 # .json/.pkl/.pickle suffix is allowed): `_dump_3`, `comm_lib_trace_rank_3`, `nccl_trace_rank_3.json`.
 _RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
-_PEER_RE = re.compile(r"(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
+_PEER_RE = re.compile(r"(send|recv)\s+(\d{1,9})\s*(->|<-)\s*(\d{1,9})(?!\d)")
 MAX_DUMP_BYTES = 1 << 30
+# Bounds on numbers read from dumps: a rank beyond MAX_RANK or any integer outside
+# [INT_MIN, INT_MAX] is "no value" (None), so no huge number reaches the analysis or output.
+MAX_RANK = (1 << 24) - 1
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+_READ_CHUNK = 1 << 20
 
 
 class DumpError(Exception):
@@ -142,17 +148,22 @@ class DumpSet:
 
 
 def rank_from_name(path: str | os.PathLike[str]) -> int | None:
-    """The rank a dump file name ends in, or None when it does not end in digits."""
+    """The rank a dump file name ends in, None when it does not end in digits, -1 when the
+    number is over MAX_RANK (a dump whose rank cannot be used)."""
     m = _RANK_RE.search(os.path.basename(os.fspath(path)))
-    return int(m.group(1)) if m else None
+    if m is None:
+        return None
+    digits = m.group(1).lstrip("0") or "0"
+    return int(digits) if len(digits) <= 8 and int(digits) <= MAX_RANK else -1
 
 
 def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
     """Expand directories; return (candidate dump files, ignored files in directories).
 
-    Files named explicitly are always candidates; inside a directory only names that end in
-    a rank number are, and others (e.g. `fault_injection.log`) are listed as ignored.
-    Raises FileNotFoundError for a path that does not exist.
+    Files named explicitly are always candidates (a symbolic link named explicitly is
+    resolved); inside a directory only names that end in a rank number are, and others
+    (e.g. `fault_injection.log`) are listed as ignored. Raises FileNotFoundError for a
+    path that does not exist.
     """
     files: list[str] = []
     ignored: list[str] = []
@@ -164,8 +175,10 @@ def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str],
                 for n in sorted(names):
                     full = os.path.join(root, n)
                     (files if rank_from_name(n) is not None else ignored).append(full)
-        elif os.path.exists(p):
-            files.append(p)
+        elif os.path.lexists(p):
+            # named by the user: a symbolic link is followed here (the opened file must
+            # still be a regular file); inside directories links are never followed
+            files.append(os.path.realpath(p) if os.path.islink(p) else p)
         else:
             raise FileNotFoundError(p)
     return files, ignored
@@ -206,12 +219,29 @@ def decode(data: bytes) -> dict[str, Any]:
 
 
 def _int(v: Any) -> int | None:
+    """`v` as an integer in [INT_MIN, INT_MAX], else None (no value)."""
     if v is None or isinstance(v, bool):
         return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
+    if isinstance(v, str) and len(v) > 24:
         return None
+    try:
+        n = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if INT_MIN <= n <= INT_MAX else None
+
+
+def _bounded(v: Any, depth: int = 0) -> Any:
+    """A size list from a dump with out-of-range integers as None and nesting cut at 4."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v if INT_MIN <= v <= INT_MAX else None
+    if isinstance(v, float):
+        return v if v == v and abs(v) != float("inf") else None
+    if isinstance(v, (list, tuple)) and depth < 4:
+        return [_bounded(x, depth + 1) for x in v]
+    return None
 
 
 # A group's member list as the dump wrote it: the `ranks` string (kept unparsed, and
@@ -222,13 +252,14 @@ _INTERNED: dict[str, str] = {}
 
 
 def parse_ranks(v: Any) -> tuple[int, ...] | None:
-    """Member ranks from a `ranks` value ('[0, 1]' or a list), None when malformed."""
+    """Member ranks from a `ranks` value ('[0, 1]' or a list), None when malformed (a rank
+    that is not an integer in [0, MAX_RANK] included)."""
     if isinstance(v, str):
         try:
             v = json.loads(v)
         except ValueError:
             return None
-    if isinstance(v, (list, tuple)) and all(type(x) is int for x in v):
+    if isinstance(v, (list, tuple)) and all(type(x) is int and 0 <= x <= MAX_RANK for x in v):
         return tuple(v)
     return None
 
@@ -488,8 +519,8 @@ def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
         pname = str(e.get("profiling_name", ""))
         m = _PEER_RE.search(pname)
         peers: tuple[tuple[int, int], ...] = ((int(m.group(2)), int(m.group(4))),) if m else ()
-        sizes = _as_list(e.get("input_sizes"))
-        out_sizes = _as_list(e.get("output_sizes"))
+        sizes = _bounded(_as_list(e.get("input_sizes")))
+        out_sizes = _bounded(_as_list(e.get("output_sizes")))
         dtypes = [str(d) for d in _as_list(e.get("input_dtypes"))]
         op = ops.get((ch, seq))
         if op is None:
@@ -521,19 +552,48 @@ def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
 # ----------------------------------------------------------------------------- reading
 
 
+def _read_regular(path: str) -> bytes:
+    """The bytes of `path`, a regular file, at most MAX_DUMP_BYTES of them.
+
+    Opened without following a symbolic link and without blocking (a FIFO never blocks the
+    open), then checked on the descriptor: a FIFO, device or socket is refused before any
+    read. The limit counts bytes actually read, so a file that grows (or lies about its
+    size) cannot be read past it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if os.path.islink(path):
+            raise DumpError("a symbolic link (not followed inside a directory)") from None
+        raise
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or directory"
+            raise DumpError(f"not a regular file ({kind})")
+        parts: list[bytes] = []
+        total = 0
+        while chunk := fh.read(min(_READ_CHUNK, MAX_DUMP_BYTES + 1 - total)):
+            parts.append(chunk)
+            total += len(chunk)
+            if total > MAX_DUMP_BYTES:
+                raise DumpError(f"file is over the {MAX_DUMP_BYTES}-byte limit")
+    return b"".join(parts)
+
+
 def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump:
     """Read and normalise one dump file; raises DumpError or OSError."""
     path = os.fspath(path)
     if rank is None:
         rank = rank_from_name(path)
-    size = os.path.getsize(path)
-    if size > MAX_DUMP_BYTES:
-        raise DumpError(f"file is {size} bytes, over the {MAX_DUMP_BYTES}-byte limit")
-    with open(path, "rb") as fh:
-        data = fh.read()
-    raw = decode(data)
+    if rank == -1:
+        raise DumpError(f"the rank number in the file name is over {MAX_RANK}")
+    raw = decode(_read_regular(path))
     if rank is None:
         rank = _int(raw.get("rank"))
+        if rank is not None and not 0 <= rank <= MAX_RANK:
+            raise DumpError(f"the dump's rank is not in 0..{MAX_RANK}")
     if rank is None:
         raise DumpError("a dump, but its file name does not end in the rank number")
     return normalise(raw, rank, path)
@@ -541,6 +601,8 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump
 
 def _read_one(path: str) -> RankDump | DumpProblem:
     rank = rank_from_name(path)
+    if rank == -1:
+        return DumpProblem(path, None, f"the rank number in the file name is over {MAX_RANK}")
     try:
         return read_dump(path, rank)
     except DumpError as exc:

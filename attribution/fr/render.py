@@ -1,9 +1,15 @@
-"""Render a Flight Recorder analysis result as a short human-readable report."""
+"""Render a Flight Recorder analysis result as a short human-readable report.
+
+Text that comes from dumps (group descriptions, file names, errors) is printed through
+`attribution.terminal.safe_text`: no escape sequence from a dump reaches the terminal.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from attribution.terminal import safe_text
 
 
 def ranks_str(ranks: Iterable[int]) -> str:
@@ -36,7 +42,7 @@ def _op(op: dict[str, Any]) -> str:
 
 
 def render_text(result: dict[str, Any]) -> str:
-    """The report printed by `relaunch fr --format text`."""
+    """The report printed by `relaunch fr --format text` (terminal controls escaped)."""
     lines = [
         f"Flight Recorder: {result['ranks_read']} of {result['world_size']} ranks read"
         + (f" (dump version {', '.join(result['versions'])})" if result.get("versions") else ""),
@@ -66,4 +72,4 @@ def render_text(result: dict[str, Any]) -> str:
         lines.append(f"missing dumps: ranks {ranks_str(result['missing_ranks'])}")
     for u in result.get("unreadable", []):
         lines.append(f"unreadable: {u['path']}: {u['error']}")
-    return "\n".join(lines)
+    return safe_text("\n".join(lines))
