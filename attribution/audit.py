@@ -6,18 +6,30 @@ the inputs' identity (path, size, sha256), the prior cycles the policy saw, the 
 budgets, FR culprit ranks, the evidence lines, fingerprint, progress, history counts, rule,
 decision, timings and software version; then records the file's path with the cycle.
 
-`recheck(artifact)` recomputes the verdict from the recorded inputs and lists every
-difference; `relaunch audit FILE` prints them and exits non-zero when there is one.
+Integrity: every artifact carries `integrity.digest`, `sha256:` over the canonical JSON
+(sorted keys, no spaces, UTF-8) of the whole document without the `integrity` block, and,
+when the writer has a key (`hmac_key`, or the file named by $RELAUNCH_AUDIT_HMAC_KEY_FILE),
+`integrity.hmac`, HMAC-SHA256 over the same bytes. The digest catches any edit by a tool
+that does not recompute it; only the HMAC authenticates the artifact against someone who
+can rewrite it.
+
+`recheck(artifact, hmac_key=None)` verifies the digest (and the HMAC when given a key),
+checks the top-level copies against the verdict, recomputes the verdict from the recorded
+inputs and lists every difference; `relaunch audit FILE` prints them and exits 1 when
+there is one. A file that is not a usable artifact (not a regular file, over 64 MiB, not
+JSON, wrong shape or types) raises `AuditFormatError` (exit 2).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
 import platform
 import re
+import stat
 import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -46,6 +58,92 @@ COMPARED_KEYS = (
     "node_health",
 )
 SCAN_COMPARED = ("lines", "bytes")
+# verdict keys every verdict has: a recorded verdict without one is a difference
+REQUIRED_KEYS = ("decision", "rule", "basis", "primary", "evidence")
+HMAC_KEY_ENV = "RELAUNCH_AUDIT_HMAC_KEY_FILE"
+MAX_ARTIFACT_BYTES = 64 << 20
+MAX_KEY_BYTES = 4096
+_CHUNK = 1 << 20
+
+
+def canonical_bytes(doc: dict[str, Any]) -> bytes:
+    """The bytes the digest and the HMAC cover: `doc` without `integrity`, canonical JSON."""
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    return json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    ).encode("utf-8", "surrogatepass")
+
+
+def digest_of(doc: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
+
+
+def hmac_of(doc: dict[str, Any], key: bytes) -> str:
+    return "hmac-sha256:" + hmac.new(key, canonical_bytes(doc), hashlib.sha256).hexdigest()
+
+
+def sign(doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+    """Add the `integrity` block to `doc` (JSON-normalised first, as it will be read back)."""
+    doc = json.loads(json.dumps({k: v for k, v in doc.items() if k != "integrity"}, default=str))
+    integrity: dict[str, Any] = {"digest": digest_of(doc)}
+    if key:
+        integrity["hmac"] = hmac_of(doc, key)
+    doc["integrity"] = integrity
+    return doc
+
+
+class KeyFileError(ValueError):
+    """An HMAC key file that cannot be used (the message says why)."""
+
+
+def read_key_file(path: str | os.PathLike[str]) -> bytes:
+    """The HMAC key: the first line of a regular file of at most 4 KiB, stripped."""
+    try:
+        data = read_regular(path, MAX_KEY_BYTES)
+    except OSError as exc:
+        raise KeyFileError(f"cannot read HMAC key file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise KeyFileError(f"HMAC key file {path}: {exc}") from None
+    lines = data.splitlines()
+    key = lines[0].strip() if lines else b""
+    if not key:
+        raise KeyFileError(f"HMAC key file {path} is empty")
+    return key
+
+
+def key_from_env() -> bytes | None:
+    """The key of the file named by $RELAUNCH_AUDIT_HMAC_KEY_FILE, None when unset."""
+    path = os.environ.get(HMAC_KEY_ENV)
+    return read_key_file(path) if path else None
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A descriptor of `path` opened without blocking; a non-regular file is ValueError."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", os.fspath(path))
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file (a FIFO, device or socket)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """All of a regular file, at most `limit` bytes counted as read (else ValueError)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        parts, total = [], 0
+        while chunk := fh.read(min(_CHUNK, limit + 1 - total)):
+            parts.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise ValueError(f"larger than {limit} bytes")
+    return b"".join(parts)
 
 
 def software_version() -> str:
@@ -134,7 +232,8 @@ class AuditWriter:
     (`event.extra["prior_cycles"]`, `["policy"]`, `["fr_culprit_ranks"]`,
     `["node_health"]`), never re-read
     after the save; `policy` is used only for events that carry none. With `repo`, the
-    artifact's path is saved with the cycle (`set_audit_path`).
+    artifact's path is saved with the cycle (`set_audit_path`). Each artifact is signed
+    (`sign`): a digest, and an HMAC when there is a key.
     """
 
     def __init__(
@@ -143,8 +242,15 @@ class AuditWriter:
         *,
         repo: Any = None,
         policy: PolicyConfig | None = None,
+        hmac_key: bytes | None = None,
     ) -> None:
         self.audit_dir = Path(audit_dir) if audit_dir is not None else None
+        if hmac_key is None:  # the key named by $RELAUNCH_AUDIT_HMAC_KEY_FILE, if any
+            try:
+                hmac_key = key_from_env()
+            except KeyFileError as exc:  # unsigned artifacts fail `audit --hmac-key-file`
+                log.error("audit artifacts will carry no HMAC: %s", exc)
+        self.hmac_key = hmac_key
         self.repo = repo
         self.policy = policy or PolicyConfig()
         self.written = 0
@@ -181,7 +287,7 @@ class AuditWriter:
         )
         path = artifact_path(audit_dir, event.job_id, event.cycle)
         doc["timings"]["audit_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
-        write_artifact(doc, path)
+        write_artifact(sign(doc, self.hmac_key), path)
         self.written += 1
         if self.repo is not None:
             self.repo.set_audit_path(event.job_id, event.cycle, str(path))
@@ -202,49 +308,127 @@ class RecheckResult:
     input_ok: bool
     differences: list[dict[str, Any]] = field(default_factory=list)
     recomputed: dict[str, Any] | None = None
+    hmac: str = "absent"  # "verified", "not checked" (no key given) or "absent"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "artifact": self.path,
             "ok": self.ok,
             "input_ok": self.input_ok,
+            "hmac": self.hmac,
             "differences": self.differences,
             "recomputed_decision": (self.recomputed or {}).get("decision"),
             "recomputed_rule": (self.recomputed or {}).get("rule"),
         }
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def load_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        data = read_regular(path, MAX_ARTIFACT_BYTES)
     except FileNotFoundError:
         raise AuditFormatError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise AuditFormatError(f"is a directory: {path}") from None
     except PermissionError:
         raise AuditFormatError(f"not readable: {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise AuditFormatError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise AuditFormatError(f"{path}: {exc}") from None
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise AuditFormatError(f"not a JSON audit artifact: {path} ({exc})") from None
+    except RecursionError:
+        raise AuditFormatError(f"not an audit artifact: {path} (JSON nested too deep)") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("relaunch.audit/"):
         raise AuditFormatError(f"not a relaunch audit artifact (no schema): {path}")
     if doc.get("schema") != SCHEMA:
         raise AuditFormatError(
-            f"unsupported audit schema {doc.get('schema')!r} (this version reads {SCHEMA})"
+            f"unsupported audit schema {str(doc.get('schema'))[:40]!r} (this version reads {SCHEMA})"
         )
-    for key in ("inputs", "verdict"):
-        if not isinstance(doc.get(key), dict):
-            raise AuditFormatError(f"audit artifact lacks {key!r}: {path}")
+    _check_shape(doc, path)
     return doc
 
 
-def _hash_file(path: str) -> tuple[int, str]:
-    h, size = hashlib.sha256(), 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
+# The recorded inputs' shapes: what `recheck` feeds back to the policy must be what the
+# writer wrote, or the artifact is unusable (AuditFormatError), never a crash.
+_INT_LIMIT = 1 << 63
+_PRIOR_TYPES: dict[str, tuple[type, ...]] = {
+    "cycle": (int,),
+    "decision": (str, type(None)),
+    "fingerprint": (str, type(None)),
+    "failure_class": (str, type(None)),
+    "domain": (str, type(None)),
+    "last_iteration": (int, type(None)),
+    "last_checkpoint": (str, type(None)),
+    "progress_known": (bool,),
+    "entity": (str, type(None)),
+    "checkpoint_iteration": (int, type(None)),
+    "recoverability": (str, type(None)),
+}
+
+
+def _bad(path: Any, what: str) -> AuditFormatError:
+    return AuditFormatError(f"not a usable audit artifact: {path}: {what}")
+
+
+def _is_int(v: Any, lo: int = -_INT_LIMIT, hi: int = _INT_LIMIT) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _check_shape(doc: dict[str, Any], path: Any) -> None:
+    inputs, verdict = doc.get("inputs"), doc.get("verdict")
+    for key, value in (("inputs", inputs), ("verdict", verdict)):
+        if not isinstance(value, dict):
+            raise AuditFormatError(f"audit artifact lacks {key!r}: {path}")
+    assert isinstance(inputs, dict) and isinstance(verdict, dict)
+    log_in = inputs.get("log")
+    if not isinstance(log_in, dict):
+        raise _bad(path, "inputs.log is not an object")
+    if not isinstance(log_in.get("path"), str) or not log_in["path"]:
+        raise _bad(path, "inputs.log.path is not a path")
+    if log_in.get("size") is not None and not _is_int(log_in["size"], 0):
+        raise _bad(path, "inputs.log.size is not a byte count")
+    if log_in.get("sha256") is not None and not isinstance(log_in["sha256"], str):
+        raise _bad(path, "inputs.log.sha256 is not a string")
+    history = inputs.get("history") or []
+    if not isinstance(history, list):
+        raise _bad(path, "inputs.history is not a list")
+    for h in history:
+        if not isinstance(h, dict):
+            raise _bad(path, "inputs.history holds a non-object")
+        for name, types in _PRIOR_TYPES.items():
+            if name in h and not (isinstance(h[name], types) and _bounded(h[name])):
+                raise _bad(path, f"inputs.history[].{name} has the wrong type")
+        if "cycle" not in h:
+            raise _bad(path, "inputs.history[] lacks its cycle")
+    policy = inputs.get("policy") or {}
+    if not isinstance(policy, dict):
+        raise _bad(path, "inputs.policy is not an object")
+    known = {f.name for f in fields(PolicyConfig)}
+    for name, value in policy.items():
+        if name in known and not _is_int(value, 0, 1 << 31):
+            raise _bad(path, f"inputs.policy.{name} is not a small non-negative integer")
+    fr = inputs.get("fr_culprit_ranks")
+    if fr is not None and not (isinstance(fr, list) and all(_is_int(r, 0, 1 << 31) for r in fr)):
+        raise _bad(path, "inputs.fr_culprit_ranks is not a list of ranks")
+    nodes = inputs.get("node_health") or []
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise _bad(path, "inputs.node_health is not a list of objects")
+    if not isinstance(verdict.get("scan", {}), dict):
+        raise _bad(path, "verdict.scan is not an object")
+    integrity = doc.get("integrity", {})
+    if not isinstance(integrity, dict) or not all(isinstance(v, str) for v in integrity.values()):
+        raise _bad(path, "integrity is not an object of strings")
+
+
+def _bounded(v: Any) -> bool:
+    return not isinstance(v, int) or isinstance(v, bool) or -_INT_LIMIT <= v <= _INT_LIMIT
 
 
 def _policy(d: dict[str, Any]) -> PolicyConfig:
@@ -257,23 +441,80 @@ def _prior(d: dict[str, Any]) -> PriorCycle:
     return PriorCycle(**{k: v for k, v in d.items() if k in known})
 
 
-def recheck(path: str | os.PathLike[str]) -> RecheckResult:
-    """Recompute the verdict of an artifact from its recorded inputs; list differences."""
-    from restart_agent import decide, scan_file
+def _integrity_diffs(doc: dict[str, Any], hmac_key: bytes | None) -> tuple[list[dict], str]:
+    """Differences in the artifact's own integrity, and the HMAC state."""
+    integrity = doc.get("integrity") or {}
+    diffs: list[dict[str, Any]] = []
+    digest = digest_of(doc)
+    if not integrity.get("digest"):
+        diffs.append({"field": "integrity.digest", "recorded": None, "now": digest})
+    elif not hmac.compare_digest(str(integrity["digest"]), digest):
+        diffs.append({"field": "integrity.digest", "recorded": integrity["digest"], "now": digest})
+    recorded_mac = integrity.get("hmac")
+    if hmac_key is None:
+        return diffs, "not checked" if recorded_mac else "absent"
+    mac = hmac_of(doc, hmac_key)
+    if not recorded_mac or not hmac.compare_digest(str(recorded_mac), mac):
+        shown = "(does not match the key)" if recorded_mac else None
+        diffs.append({"field": "integrity.hmac", "recorded": shown, "now": "(the key's HMAC)"})
+        return diffs, "mismatch"
+    return diffs, "verified"
+
+
+def _copies_diffs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The top-level copies (decision, rule, ...) must say what the verdict says."""
+    v = doc["verdict"]
+    primary = v.get("primary") if isinstance(v.get("primary"), dict) else {}
+    pairs = {
+        "decision": v.get("decision"),
+        "rule": v.get("rule"),
+        "basis": v.get("basis"),
+        "fingerprint": primary.get("fingerprint"),
+        "failure_class": primary.get("failure_class"),
+        "evidence": v.get("evidence") or [],
+        "progress": v.get("progress"),
+        "history_counts": v.get("history"),
+        "budgets": v.get("budgets"),
+    }
+    return [
+        {"field": key, "recorded": doc.get(key), "now": want}
+        for key, want in pairs.items()
+        if _norm(doc.get(key)) != _norm(want)
+    ]
+
+
+def _scan_log(log_path: str, scanner: Any) -> tuple[int, str]:
+    """Hash and scan the recorded log in one pass over one descriptor (regular file only)."""
+    h, size = hashlib.sha256(), 0
+    fd = open_regular(log_path)
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+            scanner.feed(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> RecheckResult:
+    """Verify an artifact's integrity, recompute its verdict from the recorded inputs and
+    list every difference (see the module docstring)."""
+    from restart_agent import decide
+    from restart_agent.scanner import LogScanner
 
     doc = load_artifact(path)
     inputs = doc["inputs"]
     recorded = doc["verdict"]
-    log_in = inputs.get("log") or {}
-    log_path = log_in.get("path")
-    diffs: list[dict[str, Any]] = []
-    if not log_path:
-        raise AuditFormatError("audit artifact records no log path")
+    log_in = inputs["log"]
+    log_path = log_in["path"]
+    diffs, mac_state = _integrity_diffs(doc, hmac_key)
+    diffs += _copies_diffs(doc)
+    scanner = LogScanner()
     try:
-        size, sha = _hash_file(log_path)
-    except OSError as exc:
-        diffs.append({"field": "inputs.log", "recorded": log_path, "now": f"unreadable: {exc}"})
-        return RecheckResult(str(path), ok=False, input_ok=False, differences=diffs)
+        size, sha = _scan_log(log_path, scanner)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        diffs.append({"field": "inputs.log", "recorded": log_path, "now": f"unreadable: {why}"})
+        return RecheckResult(str(path), ok=False, input_ok=False, differences=diffs, hmac=mac_state)
     input_ok = True
     if log_in.get("size") is not None and size != log_in["size"]:
         input_ok = False
@@ -284,17 +525,16 @@ def recheck(path: str | os.PathLike[str]) -> RecheckResult:
     try:
         history = [_prior(h) for h in inputs.get("history") or []]
         policy = _policy(inputs.get("policy") or {})
-    except TypeError as exc:
-        raise AuditFormatError(f"bad recorded inputs: {exc}") from None
-    evidence = scan_file(log_path)
-    fr = inputs.get("fr_culprit_ranks")
-    try:
         notes = [NodeHealthNote.from_dict(n) for n in inputs.get("node_health") or []]
     except (ValueError, AttributeError, TypeError) as exc:
-        raise AuditFormatError(f"bad recorded node_health: {exc}") from None
+        raise AuditFormatError(f"bad recorded inputs in {path}: {exc}") from None
+    evidence = scanner.finish()
+    fr = inputs.get("fr_culprit_ranks")
     verdict = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes).to_dict()
     for key in COMPARED_KEYS:
-        if key in recorded and _norm(recorded.get(key)) != _norm(verdict.get(key)):
+        if (key in recorded or key in REQUIRED_KEYS) and _norm(recorded.get(key)) != _norm(
+            verdict.get(key)
+        ):
             diffs.append(
                 {"field": f"verdict.{key}", "recorded": recorded.get(key), "now": verdict.get(key)}
             )
@@ -305,7 +545,12 @@ def recheck(path: str | os.PathLike[str]) -> RecheckResult:
                 {"field": f"verdict.scan.{key}", "recorded": rscan[key], "now": nscan[key]}
             )
     return RecheckResult(
-        str(path), ok=not diffs, input_ok=input_ok, differences=diffs, recomputed=verdict
+        str(path),
+        ok=not diffs,
+        input_ok=input_ok,
+        differences=diffs,
+        recomputed=verdict,
+        hmac=mac_state,
     )
 
 

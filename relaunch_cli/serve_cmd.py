@@ -51,6 +51,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--audit-dir", metavar="DIR", help="write one audit JSON artifact per verdict here"
     )
     p.add_argument(
+        "--audit-hmac-key-file",
+        metavar="FILE",
+        help="sign each audit artifact with an HMAC keyed by FILE's first line (also: "
+        "$RELAUNCH_AUDIT_HMAC_KEY_FILE); `relaunch audit --hmac-key-file` verifies it",
+    )
+    p.add_argument(
         "--data-dir",
         metavar="DIR",
         help="uploaded logs and FR dumps (default $RELAUNCH_HOME/service)",
@@ -232,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("attribution", "storage", "restart_agent", "web"):
         logging.getLogger(name).setLevel(level)
     settings = settings_from_args(args)
+    _use_audit_key(args.audit_hmac_key_file)
     if settings.audit_dir is not None:
         try:
             settings.audit_dir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +273,21 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(args.uds)
     return 0 if server.started else 1
+
+
+def _use_audit_key(path: str | None) -> None:
+    """Check the audit HMAC key file now (exit 2 if unusable) and hand it to the audit
+    writer through $RELAUNCH_AUDIT_HMAC_KEY_FILE."""
+    from attribution.audit import HMAC_KEY_ENV, KeyFileError, read_key_file
+
+    path = path or os.environ.get(HMAC_KEY_ENV)
+    if not path:
+        return
+    try:
+        read_key_file(path)
+    except KeyFileError as exc:
+        raise UserError(str(exc)) from None
+    os.environ[HMAC_KEY_ENV] = os.path.abspath(path)
 
 
 def _unix_socket(path: str) -> socket.socket:

@@ -184,3 +184,186 @@ def test_artifact_records_the_policy_and_history_the_engine_used(tmp_path: Path)
     finally:
         eng.close()
         repo.close()
+
+
+# --- integrity: digest, HMAC, malformed artifacts (issue 12, item 6) ----------------------
+
+
+def _artifact(engine, tmp_path: Path) -> tuple[Path, dict]:
+    log = write(tmp_path / "cycle_0.log", FAIL)
+    engine.analyze_cycle("job", 0, log)
+    assert engine.drain(30)
+    art = artifact_path(tmp_path / "audit", "job", 0)
+    return art, json.loads(art.read_text())
+
+
+def _flip(v: object) -> object:
+    return "RESTART" if v == "STOP" else "STOP"
+
+
+TAMPERS = {
+    "decision": lambda d: d.__setitem__("decision", _flip(d["decision"])),
+    "rule": lambda d: d.__setitem__("rule", "made_up"),
+    "basis": lambda d: d.__setitem__("basis", "because I said so"),
+    "fingerprint": lambda d: d.__setitem__("fingerprint", "0" * 16),
+    "failure_class": lambda d: d.__setitem__("failure_class", "hardware_xid"),
+    "evidence": lambda d: d["evidence"].pop(),
+    "verdict.decision deleted": lambda d: d["verdict"].pop("decision"),
+    "history_counts": lambda d: d.__setitem__("history_counts", {}),
+    "policy": lambda d: d["inputs"]["policy"].__setitem__("same_root_no_progress_retries", 9),
+    "llm": lambda d: d.__setitem__("llm", {"contributed": True}),
+    "digest removed": lambda d: d.pop("integrity"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TAMPERS))
+def test_every_tampered_field_is_reported(engine, tmp_path: Path, what):
+    art, doc = _artifact(engine, tmp_path)
+    assert audit_cli(art).returncode == 0
+    TAMPERS[what](doc)
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(doc, indent=2))
+    proc = audit_cli(bad, fmt="json")
+    assert proc.returncode == 1, (what, proc.stdout, proc.stderr)
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and "Traceback" not in proc.stderr
+    assert any(d["field"].startswith("integrity") for d in out["differences"]), out
+    text = audit_cli(bad)
+    assert text.returncode == 1 and text.stdout.startswith("DIFFERENT")
+
+
+def _resign_without_key(doc: dict) -> None:
+    """What an attacker without the key can do: recompute the plain digest."""
+    from attribution.audit import digest_of
+
+    doc["integrity"]["digest"] = digest_of(doc)
+
+
+def test_hmac_key_authenticates_the_artifact(tmp_path: Path, monkeypatch):
+    key = tmp_path / "audit.key"
+    key.write_text("s3cret-audit-key\n")
+    monkeypatch.setenv("RELAUNCH_AUDIT_HMAC_KEY_FILE", str(key))  # as `relaunch run` reads it
+    repo = storage.open_repository(f"sqlite:///{tmp_path / 'h.db'}")
+    eng = AttributionEngine(repo, audit_dir=tmp_path / "audit")
+    eng.add_listener(AuditWriter(repo=repo))
+    try:
+        art, doc = _artifact(eng, tmp_path)
+    finally:
+        eng.close()
+        repo.close()
+    assert doc["integrity"]["hmac"].startswith("hmac-sha256:")
+    ok = audit_cli(art, "--hmac-key-file", key)
+    assert ok.returncode == 0 and ok.stdout.startswith("OK ") and "HMAC verified" in ok.stdout
+    unchecked = audit_cli(art)
+    assert unchecked.returncode == 0 and "HMAC not checked" in unchecked.stdout
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("another key")
+    assert audit_cli(art, "--hmac-key-file", wrong).returncode == 1
+    doc["decision"] = _flip(doc["decision"])
+    doc["verdict"]["decision"] = doc["decision"]
+    _resign_without_key(doc)
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(doc))
+    proc = audit_cli(forged, "--hmac-key-file", key, fmt="json")
+    assert proc.returncode == 1
+    assert "integrity.hmac" in {d["field"] for d in json.loads(proc.stdout)["differences"]}
+
+
+def test_unsigned_artifact_with_a_key_is_a_difference(engine, tmp_path: Path):
+    art, _ = _artifact(engine, tmp_path)
+    key = tmp_path / "k"
+    key.write_text("k" * 32)
+    proc = audit_cli(art, "--hmac-key-file", key)
+    assert proc.returncode == 1 and "integrity.hmac" in proc.stdout
+
+
+def _malformed(doc: dict, tmp_path: Path) -> dict[str, object]:
+    def w(**kv: object) -> dict:
+        d = json.loads(json.dumps(doc))
+        for path, value in kv.items():
+            target = d
+            keys = path.split("__")
+            for k in keys[:-1]:
+                target = target[k]
+            target[keys[-1]] = value
+        return d
+
+    deep = '{"schema": "relaunch.audit/1", "inputs": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    return {
+        "inputs_not_dict": w(inputs=[1]),
+        "log_not_dict": w(inputs__log="x"),
+        "log_path_int": w(inputs__log__path=5),
+        "history_not_list": w(inputs__history="abc"),
+        "history_item_not_dict": w(inputs__history=[1, 2]),
+        "history_bad_types": w(inputs__history=[{"cycle": "x", "decision": 5}]),
+        "policy_string_budget": w(inputs__policy={"same_root_no_progress_retries": "three"}),
+        "policy_huge_budget": w(inputs__policy={"job_no_progress_ceiling": 10**400}),
+        "fr_ranks_bad": w(inputs__fr_culprit_ranks="0,1"),
+        "node_health_bad": w(inputs__node_health=[{"node": 5}]),
+        "verdict_scan_not_dict": w(verdict__scan=[1]),
+        "size_string": w(inputs__log__size="big"),
+        "deep_json": deep,
+        "nan": "NaN",
+    }
+
+
+def test_malformed_artifacts_are_one_line_errors(engine, tmp_path: Path):
+    art, doc = _artifact(engine, tmp_path)
+    for name, bad in _malformed(doc, tmp_path).items():
+        f = tmp_path / f"{name}.json"
+        f.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+        proc = audit_cli(f)
+        assert proc.returncode == 2, (name, proc.returncode, proc.stdout, proc.stderr[-800:])
+        assert "Traceback" not in proc.stderr, (name, proc.stderr[-800:])
+        assert proc.stderr.startswith("relaunch audit: error: "), (name, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, (name, proc.stderr)
+
+
+def test_fifo_log_or_fifo_artifact_does_not_hang(engine, tmp_path: Path):
+    import os
+
+    art, doc = _artifact(engine, tmp_path)
+    log = Path(doc["inputs"]["log"]["path"])
+    log.unlink()
+    os.mkfifo(log)
+    proc = audit_cli(art)  # the subprocess timeout is the hang detector
+    assert proc.returncode == 1 and "not a regular file" in proc.stdout
+    fifo_art = tmp_path / "art.json"
+    os.mkfifo(fifo_art)
+    proc = audit_cli(fifo_art)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+def test_audit_text_output_escapes_control_characters(engine, tmp_path: Path):
+    art, doc = _artifact(engine, tmp_path)
+    doc["verdict"]["basis"] = "\x1b]0;pwned\x07\x1b[2J"
+    bad = tmp_path / "evil\x1b]0;title\x07.json"  # the file name is printed too
+    bad.write_text(json.dumps(doc))
+    proc = audit_cli(bad)
+    assert proc.returncode == 1 and "pwned" in proc.stdout
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "evil\\x1b]0;title\\x07.json" in proc.stdout
+
+
+def test_serve_refuses_an_unusable_audit_key_file(tmp_path: Path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.key")
+    (tmp_path / "empty.key").write_text("\n")
+    for key, needle in [
+        (tmp_path / "missing.key", "No such file"),
+        (tmp_path / "fifo.key", "not a regular file"),
+        (tmp_path / "empty.key", "is empty"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "relaunch_cli", "serve", "--port", "0"]
+            + ["--db", f"sqlite:///{tmp_path / 's.db'}", "--audit-hmac-key-file", str(key)],
+            cwd=str(REPO_ROOT),
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("relaunch serve: error: ") and needle in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
