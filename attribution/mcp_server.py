@@ -15,11 +15,14 @@ structured result (from the pydantic result models below):
 
 Bad arguments become tool errors (`isError: true`) with a one-line message; nothing
 is written unless `analyze_log(save=true)` is asked for. `relaunch mcp` (relaunch_cli/mcp_cmd.py)
-runs it over stdio or streamable HTTP.
+runs it over stdio or streamable HTTP; `http_app(...)` is the HTTP app, behind `BearerAuth`
+when a token is set.
 """
 
 from __future__ import annotations
 
+import hmac
+import json
 import os
 import stat
 from collections.abc import Sequence
@@ -497,3 +500,54 @@ def build_server(
         return await run(tools.analyze_fr_dumps, paths)
 
     return server
+
+
+# --- streamable HTTP with a bearer token ----------------------------------------------
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request needs `Authorization: Bearer <token>`.
+
+    The same rule as the service's (`attribution/service/limits.py`): the token is compared
+    in constant time (`hmac.compare_digest`); a missing or wrong one gets 401 with a JSON
+    error and `WWW-Authenticate: Bearer`, and never reaches the MCP session manager.
+    Lifespan events pass through.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        if not token:
+            raise ValueError("BearerAuth needs a non-empty token")
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            auth = b""
+            for name, value in scope.get("headers", []):
+                if name.lower() == b"authorization":
+                    auth = value
+            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+            if not hmac.compare_digest(given, self.token):
+                body = json.dumps(
+                    {"error": "unauthorized", "detail": "missing or wrong bearer token"}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, *, path: str, host: str, token: str | None) -> Any:
+    """The streamable-HTTP ASGI app of `server` at `path`, behind `BearerAuth` with a token."""
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    return BearerAuth(app, token) if token else app

@@ -1,4 +1,10 @@
-"""`relaunch mcp`: serve the MCP tools (attribution/mcp_server.py) over stdio or streamable HTTP."""
+"""`relaunch mcp`: serve the MCP tools (attribution/mcp_server.py) over stdio or streamable HTTP.
+
+Over HTTP, `--token-file FILE` requires `Authorization: Bearer <token>` on every request
+(as `relaunch serve --token-file`: 401 otherwise); binding an address that is not loopback
+without a token is refused (exit 2). Exit codes: 0 stopped normally, 2 bad options, an
+unusable database or token file, or an address that cannot be bound (one line on stderr).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import sys
 
 from relaunch_cli.cli_args import ArgumentParser, bounded_int
 from relaunch_cli.errors import UserError
+from relaunch_cli.token_file import read_token
 
 DEFAULT_PORT = 8765
 
@@ -40,7 +47,20 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help=f"HTTP port (default {DEFAULT_PORT})",
     )
     p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --http: require `Authorization: Bearer <token in FILE>` (needed to bind "
+        "an address that is not loopback)",
+    )
     return p
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _check(args: argparse.Namespace) -> list[str]:
@@ -53,11 +73,19 @@ def _check(args: argparse.Namespace) -> list[str]:
         if not os.path.isdir(raw):
             raise UserError(f"--allowed-root {raw} is not a directory")
         roots.append(os.path.realpath(raw))
+    if args.token_file and not args.http:
+        raise UserError("--token-file needs --http (stdio has no authentication to do)")
+    if args.http and not args.token_file and not _is_loopback(args.host):
+        raise UserError(
+            f"refusing to serve on {args.host}, not loopback, without --token-file: anyone "
+            "who reaches the port could read the job history"
+        )
     return roots
 
 
 def run(args: argparse.Namespace) -> int:
     roots = _check(args)
+    token = read_token(args.token_file) if args.token_file else None
     import storage
     from attribution.mcp_server import build_server
 
@@ -74,29 +102,37 @@ def run(args: argparse.Namespace) -> int:
         if not args.http:
             server.run("stdio")
             return 0
-        try:
-            loopback = ipaddress.ip_address(args.host).is_loopback
-        except ValueError:
-            loopback = args.host == "localhost"
-        if not loopback:
-            print(
-                f"relaunch mcp: warning: serving on {args.host}, not loopback; anyone who "
-                "reaches this port can read the job history",
-                file=sys.stderr,
-            )
-        print(
-            f"relaunch mcp: streamable HTTP on http://{args.host}:{args.port}{args.path}",
-            file=sys.stderr,
-            flush=True,
-        )
-        try:
-            server.run(
-                "streamable-http", host=args.host, port=args.port, streamable_http_path=args.path
-            )
-        except OSError as exc:
-            raise UserError(
-                f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-            ) from None
-        return 0
+        return _serve_http(server, args, token)
     finally:
         repo.close()
+
+
+def _serve_http(server: object, args: argparse.Namespace, token: str | None) -> int:
+    import socket
+
+    import uvicorn
+
+    from attribution.mcp_server import http_app
+
+    try:
+        sock = socket.create_server(
+            (args.host, args.port),
+            family=socket.AF_INET6 if ":" in args.host else socket.AF_INET,
+        )
+    except OSError as exc:
+        raise UserError(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
+    app = http_app(server, path=args.path, host=args.host, token=token)  # type: ignore[arg-type]
+    auth = "bearer token required" if token else "no authentication (loopback only)"
+    print(
+        f"relaunch mcp: streamable HTTP on http://{args.host}:{args.port}{args.path} ({auth})",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0

@@ -242,7 +242,11 @@ def test_cli_rejects_bad_flags_with_one_line_errors(world: dict[str, Any]) -> No
     base = [sys.executable, "-m", "relaunch_cli", "mcp"]
     cases = [
         (["--allowed-root", str(world["tmp"] / "nope")], "is not a directory"),
-        (["--http", "--port", "70000"], "--port must be between 1 and 65535"),
+        (["--http", "--port", "70000"], "argument --port: must be between 1 and 65535"),
+        (["--http", "--host", "0.0.0.0"], "not loopback, without --token-file"),
+        (["--token-file", str(world["tmp"] / "secret.log")], "--token-file needs --http"),
+        (["--http", "--token-file", str(world["tmp"] / "none")], "cannot read --token-file"),
+        (["--http", "--token-file", "/dev/zero"], "is not a regular file"),
         (["--db", "notadb://x"], "unsupported database URL scheme"),
     ]
     for extra, message in cases:
@@ -291,3 +295,77 @@ def test_streamable_http_serves_the_same_tools(world: dict[str, Any], tmp_path: 
             proc.kill()
             proc.wait(5)
         out.close()
+
+
+def _start_http(world: dict[str, Any], tmp_path: Path, *extra: str) -> tuple[Any, str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "relaunch_cli", "mcp", "--db", world["url"], "--http"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), *extra]
+    out = open(tmp_path / "mcp-http.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(argv, env=env(), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, (tmp_path / "mcp-http.log").read_text()
+        try:
+            httpx.get(url, timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_streamable_http_with_a_token_file_needs_the_bearer_token(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    token = "tok-" + "x" * 40
+    (tmp_path / "token").write_text(token + "\n")
+    proc, url = _start_http(world, tmp_path, "--token-file", str(tmp_path / "token"))
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        for auth in (None, "Bearer wrong", "Basic " + token, "Bearer " + token[:-1]):
+            h = dict(headers, **({"Authorization": auth} if auth else {}))
+            r = httpx.post(url, json=init, headers=h, timeout=30)
+            assert r.status_code == 401, (auth, r.status_code)
+            assert r.json()["error"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+
+        async def without() -> None:
+            async with Client(url, read_timeout_seconds=30) as c:
+                await c.list_tools()
+
+        with pytest.raises(BaseException):  # noqa: B017 - the SDK wraps the 401 differently by version
+            anyio.run(without)
+
+        async def with_token() -> Any:
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as c:
+                tools = await c.list_tools()
+                r = await c.call_tool("explain_cycle", {"job_id": "train-llama", "cycle": 3})
+            await http.aclose()
+            return tools, r
+
+        tools, result = anyio.run(with_token)
+        assert {t.name for t in tools.tools} == EXPECTED_TOOLS
+        assert result.structured_content["decision"] == "STOP"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
