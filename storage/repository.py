@@ -82,13 +82,19 @@ def _reject(obj: Any) -> Any:
     raise TypeError(f"object of type {type(obj).__name__} is not JSON-serialisable")
 
 
-def _int_or_none(value: Any) -> int | None:
+_BIGINT = (-(2**63), 2**63 - 1)
+_INTEGER = (-(2**31), 2**31 - 1)
+
+
+def _int_or_none(value: Any, bounds: tuple[int, int] = _BIGINT) -> int | None:
+    """`value` as an int for a column of `bounds`; None when absent or out of range (a
+    number no database column can hold is no value, never a failed write)."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int):
+    if isinstance(value, float) and math.isfinite(value) and abs(value) < 2**64:
+        value = int(value)
+    if isinstance(value, int) and bounds[0] <= value <= bounds[1]:
         return value
-    if isinstance(value, float) and math.isfinite(value):
-        return int(value)
     return None
 
 
@@ -861,7 +867,7 @@ def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[dict[str, Any
             "ordinal": ordinal,
             "is_primary": is_primary,
             "line": _int_or_none(ev.get("line")),
-            "rank": _int_or_none(ev.get("rank")),
+            "rank": _int_or_none(ev.get("rank"), _INTEGER),
             "pattern_id": _str_or_none(ev.get("pattern_id"), 128),
             "failure_class": _str_or_none(ev.get("failure_class"), 128),
             "domain": _str_or_none(ev.get("domain"), 32),
