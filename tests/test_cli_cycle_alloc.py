@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,8 +28,9 @@ def _loop(cmd: list[str], results: list[dict], errors: list[str]) -> None:
             results.append(json.loads(p.stdout))
 
 
-def test_two_concurrent_analyze_loops_lose_no_verdict(tmp_path):
-    db = sqlite_url(tmp_path)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_concurrent_analyze_loops_lose_no_verdict(tmp_path, backend):
+    db = sqlite_url(tmp_path) if backend == "sqlite" else pg_url_or_skip()
     log = tmp_path / "cycle.log"
     log.write_text(infra_log())
     cmd = [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db]
@@ -45,10 +45,13 @@ def test_two_concurrent_analyze_loops_lose_no_verdict(tmp_path):
     assert errors == []
     cycles = sorted(r["cycle"] for r in results)
     assert cycles == list(range(LOOPS * RUNS_PER_LOOP))  # every run got its own cycle
-    con = sqlite3.connect(tmp_path / "relaunch.db")
-    rows = con.execute("SELECT cycle, decision FROM cycles ORDER BY cycle").fetchall()
-    con.close()
-    assert [c for c, _ in rows] == cycles and all(d is not None for _, d in rows)
+    repo = open_repository(db)
+    try:
+        rows = repo.list_cycles("same")
+    finally:
+        repo.close()
+    assert [r.cycle for r in rows] == cycles
+    assert all(r.verdict and r.verdict["decision"] in ("STOP", "RESTART") for r in rows)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
