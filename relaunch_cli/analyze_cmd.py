@@ -76,18 +76,26 @@ def run(args: argparse.Namespace) -> int:
     llm_config = llm_options.config_from_args(args)
     if llm_config is None and not args.llm:  # a half LLM configuration is an error here too
         llm_options.config_from_args(argparse.Namespace(**{**vars(args), "llm": None}))
-    log = read_log(args.log, hash_log=args.db is not None, allow_binary=args.allow_binary)
+    log = read_log(
+        args.log,
+        hash_log=args.db is not None,
+        allow_binary=args.allow_binary,
+        spool=llm_config is not None,  # the LLM reads context lines from the text
+    )
     for warning in log.warnings:
         print(f"relaunch analyze: warning: {safe_line(warning)}", file=sys.stderr)
 
-    if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
-        return _analyze(args, llm_config, log)
-    from storage import StorageError
-
     try:
-        return _analyze(args, llm_config, log)
-    except StorageError as exc:
-        raise UserError(str(exc), EXIT_DB) from None
+        if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
+            return _analyze(args, llm_config, log)
+        from storage import StorageError
+
+        try:
+            return _analyze(args, llm_config, log)
+        except StorageError as exc:
+            raise UserError(str(exc), EXIT_DB) from None
+    finally:
+        log.discard()
 
 
 def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
@@ -110,7 +118,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
         log_identity=log.identity,
     )
     if llm_config is not None:
-        verdict = _enrich(verdict, args, llm_config, engine, repo, cycle)
+        verdict = _enrich(verdict, log.text_path, args, llm_config, engine, repo, cycle)
     out = dict(verdict)
     if repo is not None:
         rec = repo.get_cycle(args.job_id, cycle)
@@ -129,6 +137,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
 
 def _enrich(
     verdict: dict[str, Any],
+    text_path: str | None,
     args: argparse.Namespace,
     config: Any,
     engine: Any,
@@ -139,7 +148,9 @@ def _enrich(
     try:
         from restart_agent import llm
 
-        enriched = llm.enrich_and_apply(verdict, args.log, config, engine.policy)
+        if text_path is None:
+            raise RuntimeError("the log's text is not in a file")
+        enriched = llm.enrich_and_apply(verdict, text_path, config, engine.policy)
     except Exception as exc:  # an LLM failure never costs the deterministic verdict
         msg = safe_line(str(exc))
         print(f"relaunch analyze: warning: LLM enrichment failed: {msg}", file=sys.stderr)

@@ -44,7 +44,7 @@ def _context_tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number of tokens, got {text!r}") from None
     if not 1024 <= value <= MAX_CONTEXT_TOKENS:
         raise argparse.ArgumentTypeError(
-            f"must be between 1024 and {MAX_CONTEXT_TOKENS} tokens, got {text[:20]}"
+            f"must be at least 1024 tokens and at most {MAX_CONTEXT_TOKENS}, got {text[:20]}"
         )
     return value
 

@@ -17,11 +17,13 @@ analyses a binary file anyway.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
 import stat
 import sys
+import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +58,16 @@ class ReadLog:
     evidence: Any  # restart_agent CycleEvidence
     identity: dict[str, Any]  # {"path", "size", "sha256"} of the text analysed
     warnings: list[str]
+    # a file holding the analysed text (for readers of the log after the scan, e.g. the
+    # LLM's context): the log itself when it is plain, else the `spool` copy, else None
+    text_path: str | None = None
+    spooled: bool = False
+
+    def discard(self) -> None:
+        """Remove the spooled copy, if any."""
+        if self.spooled and self.text_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.text_path)
 
 
 def binary_reason(head: bytes) -> str | None:
@@ -112,6 +124,7 @@ class _Reader:
         self.raw = raw
         self.raw_read = 0
         self.problem: str | None = None
+        self.compressed = False
 
     def _raw(self) -> bytes:
         data = self.raw.read(CHUNK) or b""
@@ -132,6 +145,7 @@ class _Reader:
 
     def _gunzip(self, first: bytes) -> Iterator[bytes]:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.compressed = True
         buf = first
         while True:
             try:
@@ -171,8 +185,13 @@ class _Reader:
                 return
 
 
-def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLog:
-    """Scan the log at `path` (`-`: stdin); raises `UserError` (exit 2) for an unusable one."""
+def read_log(
+    path: str, *, hash_log: bool, allow_binary: bool = False, spool: bool = False
+) -> ReadLog:
+    """Scan the log at `path` (`-`: stdin); raises `UserError` (exit 2) for an unusable one.
+
+    With `spool`, text that is not a plain file (stdin, gzip) is also copied to a
+    temporary file (`ReadLog.text_path`; the caller calls `discard()`)."""
     from restart_agent.scanner import LogScanner
 
     stdin = path == "-"
@@ -194,6 +213,7 @@ def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLo
     warnings: list[str] = []
     size = 0
     bar = ProgressBar.for_stream(total, label="relaunch analyze: ")
+    copy: Any = None
     try:
         chunks = reader.chunks()
         head = b""
@@ -209,18 +229,30 @@ def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLo
                     "--allow-binary analyses it anyway",
                     EXIT_BAD_INPUT,
                 )
+        plain = not stdin and not reader.compressed
+        if spool and not plain:
+            copy = tempfile.NamedTemporaryFile(prefix="relaunch-log-", delete=False)  # noqa: SIM115
         for data in itertools.chain((head,), chunks):
             size += len(data)
             scanner.feed(data)
+            if copy is not None:
+                copy.write(data)
             if hasher is not None:
                 hasher.update(data)
             bar.update(reader.raw_read)
     except OSError as exc:
         raise UserError(f"cannot read {name}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    except BaseException:
+        if copy is not None:
+            copy.close()
+            os.unlink(copy.name)
+        raise
     finally:
         bar.close()
         if not stdin:
             raw.close()
+    if copy is not None:
+        copy.close()
     if reader.problem is not None:
         if size == 0:
             raise UserError(f"{name}: {reader.problem}", EXIT_BAD_INPUT)
@@ -230,4 +262,5 @@ def read_log(path: str, *, hash_log: bool, allow_binary: bool = False) -> ReadLo
         "size": size,
         "sha256": hasher.hexdigest() if hasher is not None else None,
     }
-    return ReadLog(scanner.finish(), identity, warnings)
+    text_path = copy.name if copy is not None else (path if plain else None)
+    return ReadLog(scanner.finish(), identity, warnings, text_path, copy is not None)

@@ -13,17 +13,22 @@ import sys
 import threading
 from pathlib import Path
 
+from tests import _llm_helpers
+from tests._llm_helpers import answer, write_log
 from tests._storage_helpers import REPO_ROOT, infra_log
+
+llm_server = _llm_helpers.llm_server
+key_file = _llm_helpers.key_file
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 CMD = [sys.executable, "-m", "relaunch_cli", "analyze"]
 
 
-def run(*args: str | Path, stdin: bytes | None = None, stderr=subprocess.PIPE):
+def run(*args: str | Path, stdin: bytes | None = None, stderr=subprocess.PIPE, env=None):
     return subprocess.run(
         [*CMD, *map(str, args)],
         cwd=REPO_ROOT,
-        env=ENV,
+        env=env or ENV,
         input=stdin,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -164,3 +169,23 @@ def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
     assert json.loads(p.stdout)["primary"]["failure_class"] == "nccl_error"
     piped = run(log, "--format", "json")
     assert piped.returncode == 0 and piped.stderr == b""  # not a terminal: nothing drawn
+
+
+def test_llm_reads_the_decompressed_text_of_a_gzip_log(llm_server, key_file, tmp_path):
+    """The LLM's context lines come from the text that was analysed, not the gzip bytes."""
+    log, line = write_log(tmp_path)
+    gz = tmp_path / "cycle.log.gz"
+    gz.write_bytes(gzip.compress(log.read_bytes()))
+    model = llm_server.script([{"content": answer(line)}])
+    flags = ["--llm", "--ft-llm-base-url", llm_server.base_url, "--ft-llm-model", model]
+    flags += ["--ft-llm-api-key-file", str(key_file)]
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    env = {**ENV, "TMPDIR": str(spool)}
+    for source, stdin in ((gz, None), ("-", gz.read_bytes())):
+        v = verdict(run(source, "--format", "json", *flags, stdin=stdin, env=env))
+        assert v["llm"]["status"] == "ok" and v["llm"]["grounded"] is True, v["llm"]
+        assert v["llm"]["citations"]["owner"][0]["line"] == line
+        model = llm_server.script([{"content": answer(line)}])
+        flags[flags.index("--ft-llm-model") + 1] = model
+    assert list(spool.iterdir()) == []  # the spooled copies are removed
