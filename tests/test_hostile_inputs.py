@@ -125,6 +125,8 @@ def analyze_cases(tmp: Path, rnd: random.Random) -> list[dict[str, Any]]:
     ):
         cases.append({"argv": ["analyze", "-", "--format", "json"], "stdin": data.hex()})
     log = d / "log_1.log"
+    blocker = tmp / "not_a_dir"  # a database path whose parent cannot be created
+    blocker.write_text("a file")
     for bad in (
         ["--cycle", str(2**63)],
         ["--cycle", "-0x10"],
@@ -132,7 +134,7 @@ def analyze_cases(tmp: Path, rnd: random.Random) -> list[dict[str, Any]]:
         ["--db", db, "--job-id", ""],
         ["--db", db, "--job-id", "j\x1b]0;t\x07" * 40],
         ["--db", db, "--job-id", "x" * 300],
-        ["--db", "sqlite:////nonexistent/dir/x.db", "--job-id", "j"],
+        ["--db", f"sqlite:///{blocker / 'sub' / 'x.db'}", "--job-id", "j"],
         ["--db", "postgresql://", "--job-id", "j"],
         ["--ft-llm-base-url", "http://127.0.0.1:9/v1"],
         ["--llm"],
