@@ -419,7 +419,7 @@ def _check_shape(doc: dict[str, Any], path: Any) -> None:
         raise _bad(path, "inputs.fr_culprit_ranks is not a list of ranks")
     nodes = inputs.get("node_health") or []
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
-        raise _bad(path, "inputs.node_health is not a list of objects")
+        raise _bad(path, "bad recorded node_health (not a list of objects)")
     if not isinstance(verdict.get("scan", {}), dict):
         raise _bad(path, "verdict.scan is not an object")
     integrity = doc.get("integrity", {})
@@ -525,9 +525,12 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
     try:
         history = [_prior(h) for h in inputs.get("history") or []]
         policy = _policy(inputs.get("policy") or {})
-        notes = [NodeHealthNote.from_dict(n) for n in inputs.get("node_health") or []]
     except (ValueError, AttributeError, TypeError) as exc:
         raise AuditFormatError(f"bad recorded inputs in {path}: {exc}") from None
+    try:
+        notes = [NodeHealthNote.from_dict(n) for n in inputs.get("node_health") or []]
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise AuditFormatError(f"bad recorded node_health in {path}: {exc}") from None
     evidence = scanner.finish()
     fr = inputs.get("fr_culprit_ranks")
     verdict = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes).to_dict()

@@ -1,7 +1,7 @@
 """`relaunch fr DIR_OR_FILES... [--format json|text]`: analyse Flight Recorder dumps.
 
 Only regular files are read (a FIFO, device or socket is refused on the opened descriptor;
-symbolic links inside a directory are not followed), each at most 1 GiB counted as read.
+symbolic links inside a directory are not followed; one named here is resolved), each at most 1 GiB counted as read.
 A dump that cannot be used is listed under `unreadable` with the reason.
 Exit codes: 0 the set was analysed (unreadable dumps, if any, are listed in the report);
 2 bad input: usage, a missing path, or no readable dump at all (one line on stderr).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from relaunch_cli.cli_args import ArgumentParser, bounded_int
@@ -39,8 +40,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from attribution.fr import NoDumpsError, analyze_paths, render_text
 
+    # a link named on the command line is the user's choice: read its target (which must
+    # still be a regular file); links found inside directories are never followed
+    paths = [os.path.realpath(p) if os.path.islink(p) else p for p in args.paths]
     try:
-        result = analyze_paths(args.paths, workers=args.workers)
+        result = analyze_paths(paths, workers=args.workers)
     except FileNotFoundError as exc:
         raise UserError(f"no such file or directory: {exc.args[0] if exc.args else exc}") from None
     except NoDumpsError as exc:

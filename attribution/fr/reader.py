@@ -160,10 +160,10 @@ def rank_from_name(path: str | os.PathLike[str]) -> int | None:
 def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
     """Expand directories; return (candidate dump files, ignored files in directories).
 
-    Files named explicitly are always candidates (a symbolic link named explicitly is
-    resolved); inside a directory only names that end in a rank number are, and others
-    (e.g. `fault_injection.log`) are listed as ignored. Raises FileNotFoundError for a
-    path that does not exist.
+    Files named explicitly are always candidates; inside a directory only names that end in
+    a rank number are, and others (e.g. `fault_injection.log`) are listed as ignored.
+    Symbolic links to files are candidates too, and are refused when read (`read_dump`).
+    Raises FileNotFoundError for a path that does not exist.
     """
     files: list[str] = []
     ignored: list[str] = []
@@ -176,9 +176,7 @@ def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str],
                     full = os.path.join(root, n)
                     (files if rank_from_name(n) is not None else ignored).append(full)
         elif os.path.lexists(p):
-            # named by the user: a symbolic link is followed here (the opened file must
-            # still be a regular file); inside directories links are never followed
-            files.append(os.path.realpath(p) if os.path.islink(p) else p)
+            files.append(p)
         else:
             raise FileNotFoundError(p)
     return files, ignored
@@ -555,7 +553,9 @@ def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
 def _read_regular(path: str) -> bytes:
     """The bytes of `path`, a regular file, at most MAX_DUMP_BYTES of them.
 
-    Opened without following a symbolic link and without blocking (a FIFO never blocks the
+    Opened without following a symbolic link (`relaunch fr` resolves the links a user
+    names on its command line; a link found in a directory, or swapped in after a path
+    was checked, is refused) and without blocking (a FIFO never blocks the
     open), then checked on the descriptor: a FIFO, device or socket is refused before any
     read. The limit counts bytes actually read, so a file that grows (or lies about its
     size) cannot be read past it."""
@@ -565,7 +565,7 @@ def _read_regular(path: str) -> bytes:
         fd = os.open(path, flags)
     except OSError:
         if os.path.islink(path):
-            raise DumpError("a symbolic link (not followed inside a directory)") from None
+            raise DumpError("a symbolic link (not followed)") from None
         raise
     with os.fdopen(fd, "rb", buffering=0) as fh:
         mode = os.fstat(fd).st_mode
