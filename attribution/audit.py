@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -412,8 +413,11 @@ def _check_shape(doc: dict[str, Any], path: Any) -> None:
         raise _bad(path, "inputs.policy is not an object")
     known = {f.name for f in fields(PolicyConfig)}
     for name, value in policy.items():
-        if name in known and not _is_int(value, 0, 1 << 31):
-            raise _bad(path, f"inputs.policy.{name} is not a small non-negative integer")
+        number = _is_int(value, 0, 1 << 31) or (
+            isinstance(value, float) and math.isfinite(value) and 0 <= value <= 1 << 31
+        )
+        if name in known and not number:
+            raise _bad(path, f"inputs.policy.{name} is not a small non-negative number")
     fr = inputs.get("fr_culprit_ranks")
     if fr is not None and not (isinstance(fr, list) and all(_is_int(r, 0, 1 << 31) for r in fr)):
         raise _bad(path, "inputs.fr_culprit_ranks is not a list of ranks")

@@ -32,6 +32,9 @@ CASES = [
     ("serve", "--rate-limit", "inf"),
     ("serve", "--rate-burst", HUGE),
     ("serve", "--poll-interval", "1e999"),
+    ("serve", "--analysis-timeout", "1e999"),
+    ("serve", "--max-no-progress-restarts", HUGE),
+    ("serve", "--startup-window", "nan"),
     ("mcp", "--port", HUGE),
     ("mcp", "--port", "-5"),
 ]
