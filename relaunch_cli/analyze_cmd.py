@@ -7,7 +7,8 @@ cycle number of the job). Without `--db` nothing is saved and the history is emp
 `cycle` and `log` when saved); `--format text` is for people: verdict, why, evidence.
 
 Exit codes: 0 a verdict was printed (STOP or RESTART: read the verdict, not the code);
-2 bad input (usage, missing/unreadable log, directory, device, bad --cycle/--job-id);
+2 bad input (usage, missing/unreadable log, directory, device, FIFO, binary file,
+bad --cycle/--job-id, a half LLM configuration);
 3 the database cannot be used (bad --db URL, unreachable server, locked or unwritable file).
 
 LOG may be gzip-compressed (recognised by its magic bytes) or `-` for stdin; a binary
@@ -252,6 +253,7 @@ def format_text(v: dict[str, Any]) -> str:
     if log_id or scan:
         size = (log_id or {}).get("size", scan.get("bytes"))
         lines.append(
-            f"log:       {(log_id or {}).get('path', '')} {size} bytes, {scan.get('lines', '?')} lines"
+            f"log:       {(log_id.get('path') or '<stdin>') if log_id else ''} {size} bytes, "
+            f"{scan.get('lines', '?')} lines"
         )
     return "\n".join(lines) + "\n"

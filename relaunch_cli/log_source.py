@@ -240,12 +240,14 @@ def read_log(
             if hasher is not None:
                 hasher.update(data)
             bar.update(reader.raw_read)
-    except OSError as exc:
-        raise UserError(f"cannot read {name}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
-    except BaseException:
+        if reader.problem is not None and size == 0:
+            raise UserError(f"{name}: {reader.problem}", EXIT_BAD_INPUT)
+    except BaseException as exc:
         if copy is not None:
             copy.close()
             os.unlink(copy.name)
+        if isinstance(exc, OSError):  # reading the log, or writing the spooled copy
+            raise UserError(f"cannot read {name}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
         raise
     finally:
         bar.close()
@@ -254,8 +256,6 @@ def read_log(
     if copy is not None:
         copy.close()
     if reader.problem is not None:
-        if size == 0:
-            raise UserError(f"{name}: {reader.problem}", EXIT_BAD_INPUT)
         warnings.append(f"{name}: {reader.problem}; analysed the {size} bytes before it")
     identity = {
         "path": None if stdin else path,
