@@ -142,8 +142,10 @@ def test_bad_artifacts_get_a_one_line_error(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_service_writes_artifacts(service_factory):  # noqa: F811
-    svc = service_factory()
+def test_service_writes_artifacts(service_factory, tmp_path: Path):  # noqa: F811
+    key = tmp_path / "audit.key"
+    key.write_text("service-audit-key\n")
+    svc = service_factory(extra_args=["--audit-hmac-key-file", str(key)])
     log = write(svc.root / "c0.log", FAIL)
     with svc.client() as c:
         c.post(
@@ -163,6 +165,8 @@ def test_service_writes_artifacts(service_factory):  # noqa: F811
     art = Path(rec["audit_path"])
     assert art.parent.parent == svc.audit_dir
     assert audit_cli(art).returncode == 0
+    signed = audit_cli(art, "--hmac-key-file", key)  # the service signed it with the key
+    assert signed.returncode == 0 and "HMAC verified" in signed.stdout
 
 
 def test_artifact_records_the_policy_and_history_the_engine_used(tmp_path: Path):
