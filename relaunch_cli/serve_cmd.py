@@ -15,6 +15,7 @@ from pathlib import Path
 from relaunch_cli import llm_options
 from relaunch_cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch_cli.errors import UserError
+from relaunch_cli.token_file import read_token
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8570
@@ -151,18 +152,6 @@ def policy_from_args(args: argparse.Namespace):  # -> restart_agent.model.Policy
         raise UserError(str(exc).replace("--ft-", "--", 1)) from None
 
 
-def _read_token(path: str) -> str:
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UserError(f"cannot read --token-file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"--token-file {path} is not text") from None
-    if not token:
-        raise UserError(f"--token-file {path} is empty")
-    return token
-
-
 def default_dashboard_url(args: argparse.Namespace) -> str | None:
     """The service's own http://HOST:PORT (for links in Slack alerts) when --dashboard-url
     is not given; None for --uds, --port 0 or --no-dashboard (no address a browser can use).
@@ -208,7 +197,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         policy=policy,
         db_url=args.db,
         allowed_roots=roots,
-        token=_read_token(args.token_file) if args.token_file else None,
+        token=read_token(args.token_file) if args.token_file else None,
         audit_dir=Path(args.audit_dir) if args.audit_dir else None,
         data_dir=Path(args.data_dir) if args.data_dir else None,
         webhook_url=args.webhook_url,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,13 @@ def test_empty_token_file(tmp_path: Path):
     tok.write_text("\n")
     proc = serve("--token-file", str(tok), home=tmp_path)
     assert proc.returncode == 2 and "is empty" in proc.stderr
+
+
+def test_token_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path):
+    fifo = tmp_path / "tok"
+    os.mkfifo(fifo)  # no writer: reading it by name would block forever
+    proc = serve("--token-file", str(fifo), home=tmp_path)
+    assert proc.returncode == 2 and "is not a regular file" in proc.stderr
 
 
 def test_uds_path_that_is_not_a_socket(tmp_path: Path):
