@@ -1,17 +1,26 @@
 """Benchmark of the deterministic restart agent on a large interleaved multi-rank log.
 
-Generates (once, cached in --workdir) a log of --size bytes written by --ranks ranks with
-realistic noise and a CUDA-error / NCCL-watchdog cascade near the end, then measures in
-this same script:
+Generates (once, cached in --workdir) a log of --size bytes written by --ranks ranks, of
+one --shape, with a CUDA-error / NCCL-watchdog cascade at the end:
+
+- `default`: realistic noise (tests/fixtures/make_logs.write_log; 1 GiB by default),
+- `noisy`: 20% warning lines holding "error" substrings, 40% progress, 40% NCCL INFO
+  (bench/log_shapes.py; 200 MB by default),
+- `dense`: nothing but tracebacks and error lines of every rank (64 MB by default),
+
+then measures in this same script:
 
 - the agent: `restart_agent.analyze_file` in a child process (wall time, throughput,
   peak RSS of the child from `resource.getrusage(RUSAGE_CHILDREN)`), and checks the verdict;
 - the baseline: `grep -E -c` over the same file with the registry's trigger literals
   (what a person would grep for), after one warm-up read so both run from the page cache.
+  Its count is the number of "matching lines"; lines/s = that count / agent wall time.
 
-Prints one JSON object (and a human summary on stderr). Usage:
+--repeat N runs both N times and reports the medians. Prints one JSON object (and a human
+summary on stderr). Usage:
 
     python bench/analyze_bench.py                 # 1 GiB, 1024 ranks, in /tmp
+    python bench/analyze_bench.py --shape noisy --repeat 3
     python bench/analyze_bench.py --size 100M --ranks 256 --workdir /tmp/bench
 """
 
@@ -23,6 +32,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -32,12 +42,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from restart_agent import analyze_file
-v = analyze_file(sys.argv[1])
-d = v.to_dict()
-print(json.dumps({"seconds": time.perf_counter() - t0, "scan_seconds": d["scan"]["seconds"],
+from restart_agent.policy import decide
+from restart_agent.scanner import scan_file
+t1 = time.perf_counter()
+ev = scan_file(sys.argv[1])
+t2 = time.perf_counter()
+d = decide(ev, ()).to_dict()
+print(json.dumps({"seconds": time.perf_counter() - t0, "scan_seconds": t2 - t1,
                   "decision": d["decision"], "rule": d["rule"], "primary": d["primary"],
                   "ranks_seen": d["fan_out"]["ranks_seen"], "lines": d["scan"]["lines"],
+                  "pattern_lines": ev.root_lines + sum(c.count for c in ev.cascades),
                   "cascades": [(c["failure_class"], c["count"], len(c["ranks"])) for c in d["cascades"]]}))
 """
 
@@ -50,13 +64,14 @@ def _size(text: str) -> int:
     return int(float(m.group(1)) * mult)
 
 
-def _make_logs():
-    spec = importlib.util.spec_from_file_location(
-        "make_logs", ROOT / "tests" / "fixtures" / "make_logs.py"
-    )
+def _shapes():
+    spec = importlib.util.spec_from_file_location("log_shapes", ROOT / "bench" / "log_shapes.py")
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
+
+
+DEFAULT_SIZE = {"default": 1 << 30, "noisy": 200 * 10**6, "dense": 64 * 10**6}
 
 
 def _agent(path: Path) -> dict:
@@ -90,61 +105,90 @@ def _grep(path: Path, triggers: tuple[str, ...]) -> tuple[float, int]:
     return dt, int(proc.stdout.strip() or 0)
 
 
+def _expected(shape: str, run: dict) -> bool:
+    """The verdict each shape must give (the analysis is checked, not only timed)."""
+    primary = run["primary"] or {}
+    if shape == "dense":  # the earliest root: rank 0's error line closing the first traceback
+        return (
+            run["decision"] == "RESTART" and primary.get("rank") == 0 and primary.get("line") == 8
+        )
+    return (
+        run["decision"] == "RESTART"
+        and primary.get("failure_class") == "cuda_illegal_memory_access"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=_size, default=1 << 30, help="log size (default 1G)")
+    ap.add_argument("--shape", choices=sorted(DEFAULT_SIZE), default="default")
+    ap.add_argument("--size", type=_size, help="log size (default: 1G, noisy 200M, dense 64M)")
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/relaunch-bench"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=1, help="agent runs; the best is reported")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each; medians are reported")
     args = ap.parse_args(argv)
+    size_wanted = args.size or DEFAULT_SIZE[args.shape]
     sys.path.insert(0, str(ROOT))
     from restart_agent.registry import default_registry
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    path = args.workdir / f"bench_{args.size}_{args.ranks}r_s{args.seed}.log"
-    if not path.exists() or path.stat().st_size < args.size * 0.99:
+    shape = "" if args.shape == "default" else f"{args.shape}_"
+    path = args.workdir / f"bench_{shape}{size_wanted}_{args.ranks}r_s{args.seed}.log"
+    if not path.exists() or path.stat().st_size < size_wanted * 0.99:
         t0 = time.perf_counter()
         tmp = path.with_suffix(".tmp")
-        _make_logs().write_log(tmp, args.size, ranks=args.ranks, seed=args.seed)
+        if args.shape == "default":
+            _shapes().make_logs().write_log(tmp, size_wanted, ranks=args.ranks, seed=args.seed)
+        else:
+            _shapes().WRITERS[args.shape](tmp, size_wanted, ranks=args.ranks, seed=args.seed)
         tmp.replace(path)
         print(f"generated {path} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     size = path.stat().st_size
     triggers = default_registry().prefilter
     _grep(path, triggers)  # warm the page cache
-    grep_s, grep_count = _grep(path, triggers)
-    runs = [_agent(path) for _ in range(max(1, args.repeat))]
-    best = min(runs, key=lambda r: r["wall_seconds"])
-    primary = best["primary"] or {}
-    ok = (
-        best["decision"] == "RESTART"
-        and primary.get("failure_class") == "cuda_illegal_memory_access"
-    )
+    repeat = max(1, args.repeat)
+    greps = [_grep(path, triggers) for _ in range(repeat)]
+    grep_s = statistics.median(g[0] for g in greps)
+    grep_count = greps[0][1]
+    runs = [_agent(path) for _ in range(repeat)]
+    wall = statistics.median(r["wall_seconds"] for r in runs)
+    first = runs[0]
+    primary = first["primary"] or {}
+    ok = all(_expected(args.shape, r) for r in runs)
     result = {
+        "shape": args.shape,
         "file": str(path),
         "bytes": size,
         "ranks": args.ranks,
-        "lines": best["lines"],
-        "agent_wall_seconds": round(best["wall_seconds"], 3),
-        "agent_scan_seconds": round(best["scan_seconds"], 3),
-        "agent_mb_per_s": round(size / 1e6 / best["wall_seconds"], 1),
+        "lines": first["lines"],
+        "repeat": repeat,
+        "agent_wall_seconds": round(wall, 3),
+        "agent_wall_seconds_all": [round(r["wall_seconds"], 3) for r in runs],
+        "agent_scan_seconds": round(statistics.median(r["scan_seconds"] for r in runs), 3),
+        "agent_mb_per_s": round(size / 1e6 / wall, 1),
+        "agent_matching_lines_per_s": round(grep_count / wall),
+        "agent_pattern_lines_per_s": round(first["pattern_lines"] / wall),
         "agent_peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "grep_seconds": round(grep_s, 3),
         "grep_mb_per_s": round(size / 1e6 / grep_s, 1),
         "grep_matching_lines": grep_count,
-        "ratio_agent_over_grep": round(best["wall_seconds"] / grep_s, 2),
-        "decision": best["decision"],
-        "rule": best["rule"],
+        "pattern_lines": first["pattern_lines"],
+        "ratio_agent_over_grep": round(wall / grep_s, 2),
+        "decision": first["decision"],
+        "rule": first["rule"],
         "primary": {k: primary.get(k) for k in ("failure_class", "rank", "line")},
-        "ranks_seen": best["ranks_seen"],
+        "ranks_seen": first["ranks_seen"],
         "verdict_as_expected": ok,
         "load_average": os.getloadavg()[0],
     }
     print(json.dumps(result, indent=2))
     print(
-        f"agent {result['agent_wall_seconds']}s ({result['agent_mb_per_s']} MB/s, "
-        f"{result['agent_peak_rss_mb']} MB RSS) vs grep -E -c {result['grep_seconds']}s: "
-        f"ratio {result['ratio_agent_over_grep']}x; verdict {best['decision']} {best['rule']}",
+        f"[{args.shape}] agent {result['agent_wall_seconds']}s ({result['agent_mb_per_s']} MB/s,"
+        f" {result['agent_matching_lines_per_s']} matching lines/s,"
+        f" {result['agent_pattern_lines_per_s']} pattern lines/s,"
+        f" {result['agent_peak_rss_mb']} MB RSS) vs grep -E -c {result['grep_seconds']}s:"
+        f" ratio {result['ratio_agent_over_grep']}x; verdict {first['decision']} {first['rule']};"
+        f" load {result['load_average']:.2f}",
         file=sys.stderr,
     )
     return 0 if ok else 1

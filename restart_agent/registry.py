@@ -160,6 +160,123 @@ def minimal_triggers(triggers: list[str]) -> tuple[str, ...]:
     return tuple(sorted(kept))
 
 
+_MAX_SET = 32  # strings kept in a set of alternatives before giving up on it
+END = "\n"  # stands for the end of the text in needles ("Error\n": "Error" ends the text)
+
+
+def _cross(a: frozenset[str], b: frozenset[str]) -> frozenset[str] | None:
+    out = frozenset(x + y for x in a for y in b)
+    return out if len(out) <= _MAX_SET else None
+
+
+def _score(s: frozenset[str] | None) -> tuple[int, int]:
+    """How selective a set of alternatives is: its shortest string, then fewer strings."""
+    if not s:
+        return (0, 0)
+    return (min(len(x.rstrip(END)) for x in s), -len(s))
+
+
+def _best(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    return a if _score(a) >= _score(b) else b
+
+
+def _info(items: Any) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    """(exact, needed) of a parsed regex sequence (`re._parser` items).
+
+    exact: every string the sequence can match (small finite sets only, else None);
+    needed: literals one of which every match contains (None: nothing known).
+    """
+    exact: frozenset[str] | None = frozenset({""})
+    best: frozenset[str] | None = None
+    run: frozenset[str] | None = frozenset({""})
+    for op, av in items:
+        name = str(op)
+        e: frozenset[str] | None = None
+        need: frozenset[str] | None = None
+        if name == "LITERAL":
+            e = frozenset({chr(av)})
+        elif name == "IN" and all(str(o) == "LITERAL" for o, _ in av) and len(av) <= 4:
+            e = frozenset(chr(c) for _, c in av)
+        elif name == "AT" and str(av) in ("AT_END", "AT_END_STRING"):
+            e = frozenset({END})
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            e = frozenset({""})  # zero-width: matches the empty string (condition ignored)
+        elif name == "SUBPATTERN":
+            _group, add_flags, del_flags, sub = av
+            if (add_flags | del_flags) & (re.IGNORECASE | re.VERBOSE):
+                e, need = None, None
+            else:
+                e, need = _info(sub)
+        elif name == "BRANCH":
+            infos = [_info(alt) for alt in av[1]]
+            if all(x[0] is not None for x in infos):
+                union = frozenset().union(*(x[0] for x in infos))  # type: ignore[misc]
+                e = union if len(union) <= _MAX_SET else None
+            if e is None:
+                needs = [x[1] if x[1] is not None else x[0] for x in infos]
+                if all(n and "" not in n for n in needs):
+                    merged = frozenset().union(*needs)  # type: ignore[misc]
+                    need = merged if len(merged) <= _MAX_SET else None
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            lo, hi, sub = av
+            se, sn = _info(sub)
+            if lo >= 1:
+                need = _best(sn, se)
+                if lo == hi == 1:
+                    e = se
+        # anything else (ANY, NOT_LITERAL, CATEGORY, IN with a range, GROUPREF, ...):
+        # matches unknown text: e and need stay None
+        if e is not None:
+            run = _cross(run, e) if run is not None else None
+            exact = _cross(exact, e) if exact is not None else None
+            if run is None:  # too many alternatives: keep what is known, start afresh
+                run = frozenset({""})
+            continue
+        exact = None
+        best = _best(best, run if run and "" not in run else None)
+        best = _best(best, need if need and "" not in need else None)
+        run = frozenset({""})
+    best = _best(best, run if run and "" not in run else None)
+    return exact, best
+
+
+@functools.lru_cache(maxsize=4096)
+def regex_needles(rx: re.Pattern[str]) -> frozenset[str] | None:
+    """Literals one of which every match of `rx` contains, or None if none can be told.
+
+    A small version of the "required literals" analysis of code-search engines, over the
+    parse tree of `re`: exact strings of literal runs are kept per sequence, alternatives
+    are unioned, optional parts are skipped. Case-insensitive and verbose patterns get None.
+    `$` is written as END ("\n", which no searched text holds), so `Error$` gives
+    "Error\n": "Error" at the end of the text. A needle never holds END before its end.
+    """
+    if rx.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - older Pythons name it sre_parse
+        import sre_parse as _parser  # type: ignore[no-redef]
+    try:
+        items = _parser.parse(rx.pattern, rx.flags)
+    except Exception:  # noqa: BLE001 - any parser trouble: no needles, use the triggers
+        return None
+    exact, need = _info(list(items))
+    got = _best(need, exact if exact and "" not in exact else None)
+    if not got or "" in got:
+        return None
+    try:
+        for x in got:
+            x.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    # a needle with END inside can never be found (nothing follows the end): drop it,
+    # as the text cannot match that way; a set that loses every needle tells nothing
+    got = frozenset(x for x in got if END not in x[:-1])
+    if not got or "\x00" in "".join(got) or any(x == END for x in got):
+        return None
+    return got
+
+
 def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
     rows = []
     for i, raw in enumerate(data.get("dialects") or []):

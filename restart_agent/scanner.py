@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 
+from restart_agent.linegate import LineGate
 from restart_agent.lines import LineInterpreter
 from restart_agent.model import CycleEvidence, Evidence
 from restart_agent.progress import ProgressTracker
@@ -77,6 +78,7 @@ class LogScanner:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
         self._interp = LineInterpreter(self.registry)
+        self._gate = LineGate(self.registry)
         self._progress = ProgressTracker(self.registry.dialects)
         self._parts: list[bytes] = []  # pieces of the pending partial line
         self._plen = 0
@@ -173,37 +175,39 @@ class LogScanner:
         starts = self._candidates(region)
         if starts:
             line = self._interp.line
+            skip = self._gate.skip
             pos, count = 0, 0
             for s in sorted(starts):
-                hints = starts[s]
-                count += region.count(b"\n", pos, s)
-                pos = s
                 end = region.find(b"\n", s)
                 raw = region[s:end]
+                hints: set[str] | bool
                 if len(raw) > HEAD + TAIL:
                     raw = _cut(raw)
                     hints = self._hints(raw)
                     if hints is False:
                         continue
+                elif skip(raw):
+                    continue
+                else:
+                    hints = {t.decode() for t in starts[s]}
+                count += region.count(b"\n", pos, s)
+                pos = s
                 line(raw, base + count, hints)
         self._progress.region(region, base, _line_at)
         self._lines = base + region.count(b"\n") - 1
 
-    def _candidates(self, region: bytes) -> dict[int, set[str]]:
+    def _candidates(self, region: bytes) -> dict[int, set[bytes]]:
         """Line start -> the triggers found in that line."""
-        starts: dict[int, set[str]] = {}
+        starts: dict[int, set[bytes]] = {}
         rfind = region.rfind
         for rx in self._passes:
-            search = rx.search
-            m = search(region)
-            while m is not None:
+            for m in rx.finditer(region):
                 s = rfind(b"\n", 0, m.start()) + 1
                 got = starts.get(s)
                 if got is None:
-                    starts[s] = {m.group().decode()}
+                    starts[s] = {m.group()}
                 else:
-                    got.add(m.group().decode())
-                m = search(region, m.end())
+                    got.add(m.group())
         return starts
 
     def _hints(self, raw: bytes) -> set[str] | bool:

@@ -1,0 +1,69 @@
+"""Drops candidate lines that no pattern row can match, before they are decoded.
+
+The scanner's prefilter finds lines holding a trigger literal (`rror`, `xception`, ...);
+in noisy logs most of them are warnings such as `... is error-prone` or
+`errors='ignore'` that no row can match. A row can only match a line holding one of its
+triggers, one of its `requires` (if any) and one of the literals its regex needs
+(`registry.regex_needles`); `LineGate.skip(raw)` is True when no row has all three in the
+line and the line is no traceback line (header or `File "` frame), so handing it to
+`LineInterpreter.line()` could change nothing.
+
+The answer is cached per line with every ASCII digit replaced by `0` (literals with digits
+are compared the same way, which can only keep more lines), so the same warning printed by
+1,024 ranks with different numbers costs one `bytes.translate` and one dict lookup.
+Lines with a CR before their end or a NUL byte are never skipped: `line()` rewrites those
+(progress-bar redraws, NUL removal), so their text may hold literals their bytes do not.
+Nor are lines with non-ASCII bytes (`str.strip()` removes Unicode spaces, which would
+move the end of the text that needles like "Error" + END refer to).
+"""
+
+from __future__ import annotations
+
+from restart_agent.registry import END, Registry, regex_needles
+
+MAX_CACHE = 1 << 16  # distinct digit-masked lines remembered (then the cache starts afresh)
+# traceback lines: `line()` keeps them as context even though no row matches them
+CONTEXT = ("Traceback (most recent call last):", 'File "')
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, of ASCII
+_END = END.encode()
+
+
+def _masked(literals: tuple[str, ...] | frozenset[str] | None) -> tuple[bytes, ...] | None:
+    if not literals:
+        return None
+    return tuple(sorted({t.encode("ascii").translate(_ZEROS) for t in literals}))
+
+
+class LineGate:
+    """`skip(raw)`: True when no pattern row can match the (rank-prefixed) line `raw`."""
+
+    def __init__(self, registry: Registry, context: tuple[str, ...] = CONTEXT) -> None:
+        rows = []
+        for row in registry.patterns:
+            need = regex_needles(row.regex)
+            rows.append((_masked(row.triggers), _masked(row.requires), _masked(need)))
+        self._rows: tuple[tuple[tuple[bytes, ...] | None, ...], ...] = tuple(rows)
+        self._context = tuple(c.encode("ascii").translate(_ZEROS) for c in context)
+        self._cache: dict[bytes, bool] = {}
+
+    def skip(self, raw: bytes) -> bool:
+        if b"\x00" in raw or b"\r" in raw.rstrip(b"\r\n") or not raw.isascii():
+            return False
+        # the text's end is marked as needles mark it (line() strips the text)
+        key = raw.translate(_ZEROS).rstrip(_SPACE) + _END
+        got = self._cache.get(key)
+        if got is None:
+            got = self._decide(key)
+            if len(self._cache) >= MAX_CACHE:
+                self._cache.clear()
+            self._cache[key] = got
+        return got
+
+    def _decide(self, key: bytes) -> bool:
+        if any(c in key for c in self._context):
+            return False
+        for sets in self._rows:
+            if all(s is None or any(t in key for t in s) for s in sets):
+                return False
+        return True
