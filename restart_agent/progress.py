@@ -20,6 +20,7 @@ from restart_agent.registry import DialectRow
 
 LineAt = Callable[[bytes, int], tuple[int, int, bytes]]
 TRIES = 32  # non-matching anchor hits looked at in Python before one C-level pass
+WINDOW = 1 << 14  # bytes at the end of a region searched first for the last progress line
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class _Hit:
     dialect: str
     iteration: int | None
     path: str | None
+    group: bytes = b""  # the anchor of the dialect group that read the line
 
 
 def _interpret(
@@ -60,11 +62,34 @@ class _Kind:
         for d in dialects:
             groups.setdefault(d.anchor.encode(), []).append(d)
         self.groups = [(a, tuple(ds)) for a, ds in groups.items()]
+        # anchors inside other anchors: one search tells that several are absent
+        self.covers = [a for a in groups if any(a in b and a != b for b in groups)]
 
     def last(self, region: bytes, line_at: LineAt) -> _Hit | None:
+        """The last line of `region` that one of the dialects reads (ties: first group).
+
+        Searched in growing windows at the end of the region: the last progress line is
+        usually near the end, so most anchors are then only looked for in a few KiB.
+        """
+        n = len(region)
+        window = WINDOW
+        while True:
+            lo = max(1, n - window)
+            hit = self._last_from(region, lo, line_at)
+            if hit is not None:
+                return self._first_group(region, hit, line_at)
+            if lo == 1:
+                return None
+            window *= 8
+
+    def _last_from(self, region: bytes, lo: int, line_at: LineAt) -> _Hit | None:
+        """The last line read by a group whose anchor occurs at or after `lo`."""
         best: _Hit | None = None
-        floor = 1
+        floor = lo
+        absent = [a for a in self.covers if region.rfind(a, lo) < 0]
         for anchor, ds in self.groups:
+            if any(a in anchor for a in absent):
+                continue  # a part of the anchor is missing: so is the anchor
             end = len(region)
             tries = 0
             while True:
@@ -74,16 +99,33 @@ class _Kind:
                 start, stop, raw = line_at(region, p)
                 got = _interpret(raw, ds)
                 if got is not None:
-                    best, floor = _Hit(start, *got), stop
+                    best, floor = _Hit(start, *got, group=anchor), stop
                     break
                 end = start
                 tries += 1
                 if tries >= TRIES:
                     hit = self._scan(region, floor, end, ds, line_at, last=True)
                     if hit is not None:
-                        best, floor = hit, line_at(region, hit.start)[1]
+                        best = _Hit(hit.start, hit.dialect, hit.iteration, hit.path, anchor)
+                        floor = line_at(region, hit.start)[1]
                     break
         return best
+
+    def _first_group(self, region: bytes, hit: _Hit, line_at: LineAt) -> _Hit:
+        """The hit as the first group (in table order) reading its line gives it.
+
+        A group whose anchor begins before the window start was not searched there;
+        searched over the whole region it would have found this same line first.
+        """
+        start, stop, raw = line_at(region, hit.start)
+        for anchor, ds in self.groups:
+            if anchor == hit.group:
+                return hit
+            if region.find(anchor, start, stop) >= 0:
+                got = _interpret(raw, ds)
+                if got is not None:
+                    return _Hit(start, *got, group=anchor)
+        return hit
 
     def first(self, region: bytes, line_at: LineAt) -> _Hit | None:
         best: _Hit | None = None
