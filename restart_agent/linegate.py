@@ -4,9 +4,11 @@ The scanner's prefilter finds lines holding a trigger literal (`rror`, `xception
 in noisy logs most of them are warnings such as `... is error-prone` or
 `errors='ignore'` that no row can match. A row can only match a line holding one of its
 triggers, one of its `requires` (if any) and one of the literals its regex needs
-(`registry.regex_needles`); `LineGate.skip(raw)` is True when no row has all three in the
-line and the line is no traceback line (header or `File "` frame), so handing it to
-`LineInterpreter.line()` could change nothing.
+(`registry.regex_needles`). The interpreter also reads some lines that no row matches
+(traceback headers and frames, launcher facts, torch elastic's exit reports); their
+literals (`restart_agent.lines.READS`) are given to the gate. `LineGate.skip(raw)` is True
+when no row has all three in the line and it holds none of those literals, so handing it
+to `LineInterpreter.line()` could change nothing.
 
 The answer is cached per line with every ASCII digit replaced by `0` (literals with digits
 are compared the same way, which can only keep more lines), so the same warning printed by
@@ -22,8 +24,7 @@ from __future__ import annotations
 from restart_agent.registry import END, Registry, regex_needles
 
 MAX_CACHE = 1 << 16  # distinct digit-masked lines remembered (then the cache starts afresh)
-# traceback lines: `line()` keeps them as context even though no row matches them
-CONTEXT = ("Traceback (most recent call last):", 'File "')
+MAX_KEY = 1024  # longer lines are decided without the cache (bounds its memory: ~70 MB)
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, of ASCII
 _END = END.encode()
@@ -38,13 +39,15 @@ def _masked(literals: tuple[str, ...] | frozenset[str] | None) -> tuple[bytes, .
 class LineGate:
     """`skip(raw)`: True when no pattern row can match the (rank-prefixed) line `raw`."""
 
-    def __init__(self, registry: Registry, context: tuple[str, ...] = CONTEXT) -> None:
+    def __init__(self, registry: Registry, reads: tuple[str, ...] = ()) -> None:
+        """`reads`: literals of lines the interpreter acts on without a pattern row
+        (traceback lines, launcher facts, ...: `restart_agent.lines.READS`); never skipped."""
         rows = []
         for row in registry.patterns:
             need = regex_needles(row.regex)
             rows.append((_masked(row.triggers), _masked(row.requires), _masked(need)))
         self._rows: tuple[tuple[tuple[bytes, ...] | None, ...], ...] = tuple(rows)
-        self._context = tuple(c.encode("ascii").translate(_ZEROS) for c in context)
+        self._reads = tuple(c.encode("ascii").translate(_ZEROS) for c in reads)
         self._cache: dict[bytes, bool] = {}
 
     def skip(self, raw: bytes) -> bool:
@@ -52,6 +55,8 @@ class LineGate:
             return False
         # the text's end is marked as needles mark it (line() strips the text)
         key = raw.translate(_ZEROS).rstrip(_SPACE) + _END
+        if len(key) > MAX_KEY:
+            return self._decide(key)
         got = self._cache.get(key)
         if got is None:
             got = self._decide(key)
@@ -61,7 +66,7 @@ class LineGate:
         return got
 
     def _decide(self, key: bytes) -> bool:
-        if any(c in key for c in self._context):
+        if any(c in key for c in self._reads):
             return False
         for sets in self._rows:
             if all(s is None or any(t in key for t in s) for s in sets):

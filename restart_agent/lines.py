@@ -18,10 +18,11 @@ from typing import Any
 from restart_agent.elastic import ElasticReader
 from restart_agent.facts import PREFIX as FACT_PREFIX
 from restart_agent.facts import FactCollector
-from restart_agent.fingerprint import entity_of, fingerprint
+from restart_agent.fingerprint import entity_of
 from restart_agent.model import CascadeGroup, Evidence
 from restart_agent.prefixes import bounded_int, split_prefix
 from restart_agent.registry import PatternRow, Registry
+from restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
 from restart_agent.taxonomy import taxonomy
 
 MAX_TEXT = 500  # characters of a line kept in evidence
@@ -31,6 +32,11 @@ MAX_DIAGNOSTICS = 64
 MAX_FRAMES = 16
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_agent.elastic
+# Literals of every line `line()` reads besides pattern matches: traceback headers and
+# frames, launcher facts, torch elastic's exit reports. The scanner's line gate
+# (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
+READS = ("Traceback (most recent call last):", 'File "', FACT_PREFIX, *ELASTIC_WORDS)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
@@ -68,7 +74,7 @@ class LineInterpreter:
     _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
     _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
-    _by_min: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    _selector: RowSelector | None = None
     facts: FactCollector = field(default_factory=FactCollector)
     elastic: ElasticReader = field(default_factory=ElasticReader)
 
@@ -90,7 +96,7 @@ class LineInterpreter:
             return
         key = split.rank
         block = None
-        if "xitcode" in body or "rank " in body or "Root Cause" in body:
+        if any(w in body for w in ELASTIC_WORDS):
             block = self.elastic.line(body, lineno)
         if _TRACEBACK.match(body):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
@@ -171,25 +177,9 @@ class LineInterpreter:
 
     def _rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
         """Rows with a trigger in `body` (only those under `hints`' triggers, if given)."""
-        if not self._by_min:
-            minimal = self.registry.prefilter
-            for i, row in enumerate(self.registry.patterns):
-                for t in row.triggers:
-                    m = next(k for k in minimal if k in t)
-                    self._by_min.setdefault(m, []).append((t, i))
-        hit: set[int] = set()
-        keys = self._by_min if hints is None else hints
-        for m in keys:
-            if m in body:
-                for t, i in self._by_min.get(m, ()):
-                    if t in body:
-                        hit.add(i)
-        rows = self.registry.patterns
-        return [
-            rows[i]
-            for i in sorted(hit)
-            if not rows[i].requires or any(r in body for r in rows[i].requires)
-        ]
+        if self._selector is None:
+            self._selector = RowSelector(self.registry)
+        return self._selector.rows_for(body, hints)
 
     def _record(self, ev: Evidence) -> None:
         if ev.node:

@@ -5,6 +5,9 @@ seen so far are exactly 0..N-1 (the usual case after the first chunk), a small r
 matches only a prefix with a rank >= N (or a zero-padded one) tells in one C-level pass
 whether a region could add anything; only then is `findall` run on it. The result is the
 same as running `findall` everywhere.
+
+Ranks are bounded: a prefix whose number is MAX_RANK or more (a line of thousands of
+digits, 2**64) names no rank and is ignored, so nothing here converts a huge number.
 """
 
 from __future__ import annotations
@@ -12,6 +15,19 @@ from __future__ import annotations
 import re
 
 from restart_agent.prefixes import RANK_FORMATS
+
+MAX_RANK = 10**7  # no job has this many ranks; larger prefixes are not ranks
+_DIGITS = len(str(MAX_RANK - 1))
+
+
+def bounded_ranks(found: list[bytes]) -> set[int]:
+    """The ranks among decimal digit strings (leading zeros allowed), below MAX_RANK."""
+    out = set()
+    for d in set(found):
+        d = d.lstrip(b"0") or b"0"
+        if len(d) <= _DIGITS:
+            out.add(int(d))
+    return out
 
 
 def at_least(n: int) -> str:
@@ -62,7 +78,7 @@ class RankCollector:
             found = full.findall(region)
             if found:
                 before = len(seen)
-                seen.update(map(int, set(found)))
+                seen.update(bounded_ranks(found))
                 changed = changed or len(seen) != before
         if changed or self._detector is None:
             self.ranks = set().union(*self._seen)

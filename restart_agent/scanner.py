@@ -26,7 +26,7 @@ import os
 import re
 
 from restart_agent.linegate import LineGate
-from restart_agent.lines import LineInterpreter
+from restart_agent.lines import READS, LineInterpreter
 from restart_agent.model import CycleEvidence, Evidence
 from restart_agent.progress import ProgressTracker
 from restart_agent.ranks import RankCollector
@@ -78,7 +78,7 @@ class LogScanner:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
         self._interp = LineInterpreter(self.registry)
-        self._gate = LineGate(self.registry)
+        self._gate = LineGate(self.registry, READS)
         self._progress = ProgressTracker(self.registry.dialects)
         self._parts: list[bytes] = []  # pieces of the pending partial line
         self._plen = 0

@@ -1,0 +1,85 @@
+"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
+
+- `RowSelector.rows_for(body, hints)`: the pattern rows worth trying on a line, exactly as
+  `LineInterpreter._rows_for` defined them (a row is tried if one of its triggers is in the
+  line, under the given hint triggers, and one of its `requires`, if any). Which rows that
+  is depends only on which literals the line holds, so the answer is cached under the line
+  with every ASCII digit replaced by NUL (no literal holds NUL; lines reach here without
+  NULs) plus, for the few literals with digits (`Signal 9`), whether each is present. The
+  same message from 1,024 ranks with different numbers costs one dict lookup.
+- `fingerprint(failure_class, message)`: `restart_agent.fingerprint.fingerprint`, memoised
+  (the same message on every rank is normalised once).
+
+Both caches are bounded: when full they start afresh.
+"""
+
+from __future__ import annotations
+
+from restart_agent import fingerprint as _fp
+from restart_agent.registry import PatternRow, Registry
+
+MAX_CACHE = 1 << 15
+MAX_KEY = 2048  # longer lines and messages are not cached (bounds the memory: ~100 MB)
+_NUL = bytes.maketrans(b"0123456789", b"\x00" * 10)
+
+
+class RowSelector:
+    def __init__(self, registry: Registry) -> None:
+        self.rows = registry.patterns
+        minimal = registry.prefilter
+        self._by_min: dict[str, list[tuple[str, int]]] = {}
+        for i, row in enumerate(self.rows):
+            for t in row.triggers:
+                m = next(k for k in minimal if k in t)
+                self._by_min.setdefault(m, []).append((t, i))
+        literals = {t for r in self.rows for t in r.triggers + r.requires}
+        self._digit_literals = tuple(sorted(t for t in literals if any(c.isdigit() for c in t)))
+        self._cache: dict[tuple[object, ...], list[PatternRow]] = {}
+
+    def rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
+        if len(body) > MAX_KEY:
+            return self._select(body, hints)
+        key = (
+            body.encode("utf-8", "surrogatepass").translate(_NUL),
+            None if hints is None else frozenset(hints),
+            tuple([t in body for t in self._digit_literals]),
+        )
+        got = self._cache.get(key)
+        if got is None:
+            got = self._select(body, hints)
+            if len(self._cache) >= MAX_CACHE:
+                self._cache.clear()
+            self._cache[key] = got
+        return got
+
+    def _select(self, body: str, hints: set[str] | None) -> list[PatternRow]:
+        hit: set[int] = set()
+        keys = self._by_min if hints is None else hints
+        for m in keys:
+            if m in body:
+                for t, i in self._by_min.get(m, ()):
+                    if t in body:
+                        hit.add(i)
+        rows = self.rows
+        return [
+            rows[i]
+            for i in sorted(hit)
+            if not rows[i].requires or any(r in body for r in rows[i].requires)
+        ]
+
+
+_FINGERPRINTS: dict[tuple[str, str], str] = {}
+
+
+def fingerprint(failure_class: str, message: str) -> str:
+    """`restart_agent.fingerprint.fingerprint`, memoised."""
+    if len(message) > MAX_KEY:
+        return _fp.fingerprint(failure_class, message)
+    key = (failure_class, message)
+    got = _FINGERPRINTS.get(key)
+    if got is None:
+        got = _fp.fingerprint(failure_class, message)
+        if len(_FINGERPRINTS) >= MAX_CACHE:
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[key] = got
+    return got

@@ -1,0 +1,225 @@
+"""The speed machinery changes no result.
+
+The line gate (restart_agent.linegate), the row-selection and fingerprint caches
+(restart_agent.rowcache), the windowed progress search and the bounded rank parser must
+give the same `CycleEvidence` as a slow reference that feeds the log one line at a time
+with the gate open and the row cache off, on the benchmark's noisy and dense shapes (small
+sizes), the default shape, the fixture logs and hand-made edge cases. Plus: the literals
+derived from a regex are really needed by it, and huge rank numbers do not raise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+import restart_agent as ra
+from restart_agent.linegate import LineGate
+from restart_agent.model import CycleEvidence
+from restart_agent.ranks import MAX_RANK, RankCollector, bounded_ranks
+from restart_agent.registry import END, default_registry, regex_needles
+from restart_agent.rowcache import RowSelector
+from tests._agent_helpers import LOGS, ROOT, make_logs, scan_chunked
+
+
+def _shapes():  # noqa: ANN202 - bench/log_shapes.py loaded from its path
+    spec = importlib.util.spec_from_file_location("log_shapes", ROOT / "bench" / "log_shapes.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _OpenGate(LineGate):
+    def skip(self, raw: bytes) -> bool:
+        return False
+
+
+class _UncachedSelector(RowSelector):
+    def rows_for(self, body, hints):  # noqa: ANN001, ANN201 - same signature as the parent
+        return self._select(body, hints)
+
+
+def reference(data: bytes) -> CycleEvidence:
+    """Line by line, every line handed to the interpreter's full path, nothing cached."""
+    s = ra.LogScanner()
+    s._gate = _OpenGate(s.registry)
+    s._interp._selector = _UncachedSelector(s.registry)
+    for line in data.splitlines(keepends=True):
+        s.feed(line)
+    return s.finish()
+
+
+def _write(tmp_path: Path, name: str, writer, size: int) -> bytes:  # noqa: ANN001
+    path = tmp_path / name
+    writer(path, size, ranks=64, seed=3)
+    return path.read_bytes()
+
+
+EDGE = b"".join(
+    [
+        b"[rank1]: /x/y.py:12: UserWarning: packing is error-prone; errors='ignore' used\n",
+        b"[rank2]: /x/y.py:13: UserWarning: ErrorCode.from_status(3) unsupported\n",
+        b"[rank3]: UserWarning: bad ErrorCode\n",  # ends with "ErrorCode": not "...Error"$
+        b"[rank4]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError   \n",
+        b"[rank5]: exitcode  : -9 (pid: 77)\n[rank6]: exitcode  : -1 (pid: 78)\n",
+        b"[rank7]: got Signal 9 (SIGKILL) error\n[rank8]: got Signal 1 error\n",
+        b"[rank9]: CUDA err\x00or: misaligned address\n",  # NUL removed by line(): matches
+        b"[rank10]: 10%|#| 1/10\r[rank10]: CUDA error: misaligned\raddress error\n",
+        b"[rank11]: \xe2\x80\x83KeyError: 'caf\xc3\xa9'\xc2\xa0\n",  # non-ASCII spaces
+        b"[rank12]: Traceback (most recent call last): error\n",
+        b"[rank12]: ValueError: x\n",
+        b"[rank13]: errorreempted by the scheduler\n",
+        b"[rank14]: " + b"e" * 70_000 + b" rror RuntimeError: boom\n",
+        b"0: RuntimeError: srun prefix\n",
+    ]
+)
+
+
+def _corpus(tmp_path: Path) -> dict[str, bytes]:
+    shapes = _shapes()
+    out = {
+        "noisy": _write(tmp_path, "noisy.log", shapes.write_noisy, 600_000),
+        "dense": _write(tmp_path, "dense.log", shapes.write_dense, 600_000),
+        "edge": EDGE,
+    }
+    default = tmp_path / "default.log"
+    make_logs().write_log(default, 400_000, ranks=64, seed=2, block_lines=800, distinct_blocks=3)
+    out["default"] = default.read_bytes()
+    for p in sorted(LOGS.glob("*.log")):
+        out[p.name] = p.read_bytes()
+    return out
+
+
+def test_fast_scan_equals_the_slow_reference(tmp_path: Path) -> None:
+    for name, data in _corpus(tmp_path).items():
+        path = tmp_path / f"{name}.scan"
+        path.write_bytes(data)
+        fast = ra.scan_file(path)
+        assert fast == reference(data), name
+        assert scan_chunked(data, [65_536, 7, 1_000_003]) == fast, name
+
+
+def test_reference_really_differs_from_a_broken_gate(tmp_path: Path) -> None:
+    """The comparison can fail: a gate that drops every line loses the evidence."""
+
+    class _Closed(LineGate):
+        def skip(self, raw: bytes) -> bool:
+            return True
+
+    s = ra.LogScanner()
+    s._gate = _Closed(s.registry)
+    s.feed(EDGE)
+    assert s.finish() != reference(EDGE)
+
+
+def test_noise_lines_never_reach_the_interpreter(tmp_path: Path) -> None:
+    data = _write(tmp_path, "noisy.log", _shapes().write_noisy, 300_000)
+    s = ra.LogScanner()
+    seen: list[bytes] = []
+    original = s._interp.line
+
+    def spy(raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
+        seen.append(raw)
+        original(raw, lineno, hints)
+
+    s._interp.line = spy  # type: ignore[method-assign]
+    s.feed(data)
+    ev = s.finish()
+    assert ev.primary.failure_class == "cuda_illegal_memory_access"
+    assert not [r for r in seen if b"UserWarning" in r or b"Warning: error_handler" in r]
+    warnings = data.count(b"UserWarning") + data.count(b"Warning: error_handler")
+    assert warnings > 300 and len(seen) < 400  # the failure tail, not the noise
+
+
+@pytest.mark.parametrize(
+    ("line", "skipped"),
+    [
+        (b"[rank1]: /a.py:3: UserWarning: this is error-prone", True),
+        (b"[rank1]: open(p, errors='ignore') dropped 3 bytes", True),
+        (b"[rank1]: /a.py:3: UserWarning: ErrorCode 7 from the error_handler", True),
+        (b"[rank1]: RuntimeError: CUDA error: misaligned address", False),
+        (b"[rank1]: KeyError: 'w'", False),
+        (b"[rank1]: something FooError", False),
+        (b"[rank1]: something FooError \t ", False),
+        (b'[rank1]:   File "/w/t.py", line 3, in <module> error', False),
+        (b"[rank1]: an error\x00 here", False),
+        (b"[rank1]: an error\rCUDA error: x", False),
+        (b"[rank1]: an error \xc2\xa0", False),
+    ],
+)
+def test_line_gate(line: bytes, skipped: bool) -> None:
+    gate = LineGate(default_registry())
+    assert gate.skip(line) is skipped
+    assert gate.skip(line) is skipped  # cached answer
+
+
+@pytest.mark.parametrize(
+    ("pattern", "needles"),
+    [
+        (r"^(?:\w+\.)*(?P<msg>KeyError: .*)", {"KeyError: "}),
+        (r"[Ee]rror", {"Error", "error"}),
+        (r"(?:ab|cd)ef", {"abef", "cdef"}),
+        (r"\d+ milliseconds", {" milliseconds"}),
+        (r"x(?:yz)?w", {"x"}),
+        (r"[A-Z]\w*Error$", {"Error" + END}),
+        (r"a|b.*", {"a", "b"}),
+        (r"(?i)error", None),
+        (r".*", None),
+        (r"\s*$", None),
+    ],
+)
+def test_regex_needles(pattern: str, needles: set[str] | None) -> None:
+    got = regex_needles(re.compile(pattern))
+    assert (set(got) if got is not None else None) == needles
+
+
+def _holds(text: str, needle: str) -> bool:
+    if needle.endswith(END):
+        return text.endswith(needle[:-1])
+    return needle in text
+
+
+def test_every_row_example_holds_a_needle_of_its_regex() -> None:
+    checked = 0
+    for row in default_registry().patterns:
+        needles = regex_needles(row.regex)
+        if needles is None:
+            continue
+        for ex in row.examples:
+            body = ex.strip()
+            if row.regex.search(body):
+                assert any(_holds(body, n) for n in needles), (row.id, ex, needles)
+                checked += 1
+    assert checked > 50
+
+
+def test_needles_hold_on_random_text() -> None:
+    """Fuzz: whenever a row's regex matches mutated example text, a needle is in it."""
+    rnd = random.Random(7)
+    rows = [r for r in default_registry().patterns if regex_needles(r.regex)]
+    alphabet = "aeErorx0129 :.'\"()[]-_"
+    for _ in range(3000):
+        row = rnd.choice(rows)
+        text = rnd.choice(row.examples) if row.examples else ""
+        for _ in range(rnd.randint(0, 4)):
+            i = rnd.randrange(len(text) + 1)
+            text = text[:i] + "".join(rnd.choices(alphabet, k=rnd.randint(0, 3))) + text[i + 1 :]
+        text = text.strip()
+        if row.regex.search(text):
+            assert any(_holds(text, n) for n in regex_needles(row.regex)), (row.id, text)
+
+
+def test_huge_rank_numbers_are_no_ranks() -> None:
+    assert bounded_ranks([b"7", b"0007", b"9" * 5000, str(2**64).encode()]) == {7}
+    assert bounded_ranks([str(MAX_RANK - 1).encode(), str(MAX_RANK).encode()]) == {MAX_RANK - 1}
+    rc = RankCollector()
+    rc.region(b"\n[rank0]: a\n[rank" + b"9" * 5000 + b"]: b\n" + str(2**64).encode() + b": c\n")
+    assert rc.ranks == {0}
+    ev = ra.LogScanner()
+    ev.feed(b"[rank1]: hello\n[rank" + b"9" * 5000 + b"]: hi\n18446744073709551616: hey\n")
+    assert ev.finish().ranks_seen == [1]
