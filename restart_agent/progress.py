@@ -12,6 +12,7 @@ Nothing matched means `Progress(known=False)`: unknown, never "none".
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +54,56 @@ def _interpret(
     return None
 
 
+class _Seen:
+    """What one region is known not to hold, shared by the searches of both kinds.
+
+    `absent_from[x] = a`: no occurrence of `x` starts at or after offset `a`. Anchors held
+    in other anchors (`checkpoint` in `saved checkpoint `) are covers: one search for a
+    cover, or one C-level search of a regex for every anchor around it, tells that several
+    anchors are absent, so a region without progress costs few passes.
+    """
+
+    def __init__(
+        self, region: bytes, covers: dict[bytes, tuple[re.Pattern[bytes], tuple[bytes, ...]]]
+    ):
+        self.region = region
+        self.covers = covers
+        self.absent_from: dict[bytes, int] = {}
+        self.found_at: dict[bytes, int] = {}
+
+    def mark(self, x: bytes, lo: int) -> None:
+        """`x` does not start at or after `lo`."""
+        self.absent_from[x] = min(lo, self.absent_from.get(x, lo))
+
+    def known_absent(self, x: bytes, lo: int) -> bool:
+        a = self.absent_from.get(x)
+        return a is not None and a <= lo
+
+    def absent(self, x: bytes, lo: int) -> bool:
+        """Whether `x` does not start at or after `lo` (searched once, then remembered)."""
+        if self.known_absent(x, lo):
+            return True
+        if self.found_at.get(x, -1) < lo:
+            p = self.region.rfind(x, lo)
+            if p < 0:
+                self.mark(x, lo)
+                return True
+            self.found_at[x] = p
+        entry = self.covers.get(x)
+        if entry is not None:  # the cover occurs: are the anchors around it there?
+            rx, around = entry
+            if self.found_at.get(b"\x00" + x, -1) < lo and not all(
+                self.known_absent(a, lo) for a in around
+            ):
+                m = rx.search(self.region, lo)
+                if m is None:
+                    for a in around:
+                        self.mark(a, lo)
+                else:
+                    self.found_at[b"\x00" + x] = m.start()
+        return False
+
+
 class _Kind:
     """Search for the dialects of one kind (iteration or checkpoint)."""
 
@@ -62,10 +113,13 @@ class _Kind:
         for d in dialects:
             groups.setdefault(d.anchor.encode(), []).append(d)
         self.groups = [(a, tuple(ds)) for a, ds in groups.items()]
-        # anchors inside other anchors: one search tells that several are absent
-        self.covers = [a for a in groups if any(a in b and a != b for b in groups)]
+        self.parts: dict[bytes, tuple[bytes, ...]] = {}  # anchor -> covers inside it
 
-    def last(self, region: bytes, line_at: LineAt) -> _Hit | None:
+    def use_covers(self, covers: tuple[bytes, ...]) -> None:
+        for a, _ in self.groups:
+            self.parts[a] = tuple(c for c in covers if c in a and c != a)
+
+    def last(self, region: bytes, line_at: LineAt, seen: _Seen) -> _Hit | None:
         """The last line of `region` that one of the dialects reads (ties: first group).
 
         Searched in growing windows at the end of the region: the last progress line is
@@ -75,26 +129,31 @@ class _Kind:
         window = WINDOW
         while True:
             lo = max(1, n - window)
-            hit = self._last_from(region, lo, line_at)
+            hit = self._last_from(region, lo, line_at, seen)
             if hit is not None:
                 return self._first_group(region, hit, line_at)
             if lo == 1:
                 return None
             window *= 8
 
-    def _last_from(self, region: bytes, lo: int, line_at: LineAt) -> _Hit | None:
+    def _last_from(self, region: bytes, lo: int, line_at: LineAt, seen: _Seen) -> _Hit | None:
         """The last line read by a group whose anchor occurs at or after `lo`."""
         best: _Hit | None = None
         floor = lo
-        absent = [a for a in self.covers if region.rfind(a, lo) < 0]
         for anchor, ds in self.groups:
-            if any(a in anchor for a in absent):
-                continue  # a part of the anchor is missing: so is the anchor
+            if seen.known_absent(anchor, floor) or any(
+                seen.absent(c, floor) for c in self.parts.get(anchor, ())
+            ):
+                continue  # the anchor (or a part of it) does not occur
+            if seen.known_absent(anchor, floor):
+                continue  # a cover's search around it found none
             end = len(region)
             tries = 0
             while True:
                 p = region.rfind(anchor, floor, end)
                 if p < 0:
+                    if end == len(region):
+                        seen.mark(anchor, floor)
                     break
                 start, stop, raw = line_at(region, p)
                 got = _interpret(raw, ds)
@@ -181,25 +240,41 @@ class _Kind:
         return None
 
 
+def _around(cover: bytes, anchors: set[bytes]) -> tuple[re.Pattern[bytes], tuple[bytes, ...]]:
+    """A regex that finds every anchor holding `cover` (searched from `cover`, a literal)."""
+    around = tuple(sorted(a for a in anchors if cover in a and a != cover))
+    alts = []
+    for a in around:
+        i = a.find(cover) + len(cover)
+        alts.append(b"(?<=" + re.escape(a[:i]) + b")" + re.escape(a[i:]))
+    return re.compile(re.escape(cover) + b"(?:" + b"|".join(alts) + b")"), around
+
+
 class ProgressTracker:
     """Keeps the first/last iteration line and the last checkpoint line of a stream."""
 
     def __init__(self, dialects: tuple[DialectRow, ...]) -> None:
         self._it = _Kind(tuple(d for d in dialects if d.kind == "iteration"))
         self._ck = _Kind(tuple(d for d in dialects if d.kind == "checkpoint"))
+        anchors = {a for k in (self._it, self._ck) for a, _ in k.groups}
+        covers = tuple(sorted(c for c in anchors if any(c in a and c != a for a in anchors)))
+        self._covers = {c: _around(c, anchors) for c in covers}
+        self._it.use_covers(covers)
+        self._ck.use_covers(covers)
         self.first: tuple[int, _Hit] | None = None  # (line number, hit)
         self.last: tuple[int, _Hit] | None = None
         self.last_ckpt: tuple[int, _Hit] | None = None
 
     def region(self, region: bytes, base_line: int, line_at: LineAt) -> None:
         """Look at one region (starts with the newline before its first line)."""
-        hit = self._it.last(region, line_at)
+        seen = _Seen(region, self._covers)
+        hit = self._it.last(region, line_at, seen)
         if hit is not None:
             self.last = (base_line + region.count(b"\n", 0, hit.start), hit)
             if self.first is None:
                 first = self._it.first(region, line_at) or hit
                 self.first = (base_line + region.count(b"\n", 0, first.start), first)
-        ck = self._ck.last(region, line_at)
+        ck = self._ck.last(region, line_at, seen)
         if ck is not None:
             self.last_ckpt = (base_line + region.count(b"\n", 0, ck.start), ck)
 
