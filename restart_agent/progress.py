@@ -114,6 +114,7 @@ class _Kind:
             groups.setdefault(d.anchor.encode(), []).append(d)
         self.groups = [(a, tuple(ds)) for a, ds in groups.items()]
         self.parts: dict[bytes, tuple[bytes, ...]] = {}  # anchor -> covers inside it
+        self.order = list(self.groups)  # search order: the group that read a line last first
 
     def use_covers(self, covers: tuple[bytes, ...]) -> None:
         for a, _ in self.groups:
@@ -131,16 +132,23 @@ class _Kind:
             lo = max(1, n - window)
             hit = self._last_from(region, lo, line_at, seen)
             if hit is not None:
-                return self._first_group(region, hit, line_at)
+                hit = self._first_group(region, hit, line_at)
+                i = next(i for i, g in enumerate(self.order) if g[0] == hit.group)
+                if i:
+                    self.order.insert(0, self.order.pop(i))
+                return hit
             if lo == 1:
                 return None
-            window *= 8
+            window = n  # not in the tail: the whole region (rfind stops at the last hit)
 
     def _last_from(self, region: bytes, lo: int, line_at: LineAt, seen: _Seen) -> _Hit | None:
         """The last line read by a group whose anchor occurs at or after `lo`."""
         best: _Hit | None = None
         floor = lo
-        for anchor, ds in self.groups:
+        # The result does not depend on the order (the last line wins, `_first_group` breaks
+        # ties by table order); the group that hit last time likely hits near the end again
+        # and lifts `floor`, so the others search only after its line.
+        for anchor, ds in self.order:
             if seen.known_absent(anchor, floor) or any(
                 seen.absent(c, floor) for c in self.parts.get(anchor, ())
             ):
@@ -265,18 +273,29 @@ class ProgressTracker:
         self.last: tuple[int, _Hit] | None = None
         self.last_ckpt: tuple[int, _Hit] | None = None
 
-    def region(self, region: bytes, base_line: int, line_at: LineAt) -> None:
-        """Look at one region (starts with the newline before its first line)."""
+    def region(
+        self, region: bytes, base_line: int, line_at: LineAt, newlines: int | None = None
+    ) -> None:
+        """Look at one region (starts with the newline before its first line).
+
+        `newlines`: `region.count(b"\\n")` if the caller knows it; line numbers of hits
+        (usually near the end) are then counted from the end.
+        """
+        total = region.count(b"\n") if newlines is None else newlines
+
+        def line_no(start: int) -> int:
+            return base_line + total - region.count(b"\n", start)
+
         seen = _Seen(region, self._covers)
         hit = self._it.last(region, line_at, seen)
         if hit is not None:
-            self.last = (base_line + region.count(b"\n", 0, hit.start), hit)
+            self.last = (line_no(hit.start), hit)
             if self.first is None:
                 first = self._it.first(region, line_at) or hit
-                self.first = (base_line + region.count(b"\n", 0, first.start), first)
+                self.first = (line_no(first.start), first)
         ck = self._ck.last(region, line_at, seen)
         if ck is not None:
-            self.last_ckpt = (base_line + region.count(b"\n", 0, ck.start), ck)
+            self.last_ckpt = (line_no(ck.start), ck)
 
     def result(self) -> Progress:
         if self.last is None and self.last_ckpt is None:

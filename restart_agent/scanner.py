@@ -38,6 +38,7 @@ _JOIN = b"\x00"  # joins head and tail of a cut line (no trigger or pattern cont
 
 # Lines that give tracebacks their context; looked at even though no pattern row needs them.
 CONTEXT_TRIGGERS = ('File "',)
+_FRAME = CONTEXT_TRIGGERS[0].encode()
 
 
 def compile_prefilter(triggers: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...]:
@@ -173,10 +174,10 @@ class LogScanner:
         base = self._lines
         self._ranks.region(region)
         starts = self._candidates(region)
+        pos, count = 0, 0  # newlines before `pos`
         if starts:
             line = self._interp.line
             skip = self._gate.skip
-            pos, count = 0, 0
             for s in sorted(starts):
                 end = region.find(b"\n", s)
                 raw = region[s:end]
@@ -186,15 +187,17 @@ class LogScanner:
                     hints = self._hints(raw)
                     if hints is False:
                         continue
-                elif skip(raw):
-                    continue
                 else:
-                    hints = {t.decode() for t in starts[s]}
+                    found = starts[s]
+                    if _FRAME not in found and skip(raw):  # frames are context: never skipped
+                        continue
+                    hints = {t.decode() for t in found}
                 count += region.count(b"\n", pos, s)
                 pos = s
                 line(raw, base + count, hints)
-        self._progress.region(region, base, _line_at)
-        self._lines = base + region.count(b"\n") - 1
+        newlines = count + region.count(b"\n", pos)
+        self._progress.region(region, base, _line_at, newlines)
+        self._lines = base + newlines - 1
 
     def _candidates(self, region: bytes) -> dict[int, set[bytes]]:
         """Line start -> the triggers found in that line."""
