@@ -16,8 +16,10 @@ then measures in this same script:
   (what a person would grep for), after one warm-up read so both run from the page cache.
   Its count is the number of "matching lines"; lines/s = that count / agent wall time.
 
---repeat N runs both N times and reports the medians. Prints one JSON object (and a human
-summary on stderr). Usage:
+--repeat N runs both N times and reports the medians. Wall time and CPU time (user +
+system of the child, i.e. one core's work, which a loaded shared machine inflates far less
+than wall time) are both reported, as MB/s and lines/s. Prints one JSON object (and a
+human summary on stderr). Usage:
 
     python bench/analyze_bench.py                 # 1 GiB, 1024 ranks, in /tmp
     python bench/analyze_bench.py --shape noisy --repeat 3
@@ -74,8 +76,15 @@ def _shapes():
 DEFAULT_SIZE = {"default": 1 << 30, "noisy": 200 * 10**6, "dense": 64 * 10**6}
 
 
+def _cpu() -> float:
+    """CPU seconds used by the waited-for children so far (user + system)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _agent(path: Path) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    c0 = _cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(path)],
@@ -89,20 +98,22 @@ def _agent(path: Path) -> dict:
     rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out = json.loads(proc.stdout)
     out["wall_seconds"] = wall
+    out["cpu_seconds"] = _cpu() - c0
     out["peak_rss_mb"] = round(max(rss_kb, before) / 1024, 1)
     return out
 
 
-def _grep(path: Path, triggers: tuple[str, ...]) -> tuple[float, int]:
+def _grep(path: Path, triggers: tuple[str, ...]) -> tuple[float, float, int]:
     pattern = "|".join(re.sub(r"([.[\]()*+?{}|^$\\])", r"\\\1", t) for t in triggers)
     cmd = ["grep", "-a", "-E", "-c", pattern, str(path)]
     env = {**os.environ, "LC_ALL": "C"}
+    c0 = _cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"grep failed: {proc.stderr.strip()}")
-    return dt, int(proc.stdout.strip() or 0)
+    return dt, _cpu() - c0, int(proc.stdout.strip() or 0)
 
 
 def _expected(shape: str, run: dict) -> bool:
@@ -149,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     repeat = max(1, args.repeat)
     greps = [_grep(path, triggers) for _ in range(repeat)]
     grep_s = statistics.median(g[0] for g in greps)
-    grep_count = greps[0][1]
+    grep_cpu = statistics.median(g[1] for g in greps)
+    grep_count = greps[0][2]
     runs = [_agent(path) for _ in range(repeat)]
     wall = statistics.median(r["wall_seconds"] for r in runs)
+    cpu = statistics.median(r["cpu_seconds"] for r in runs)
     first = runs[0]
     primary = first["primary"] or {}
     ok = all(_expected(args.shape, r) for r in runs)
@@ -165,15 +178,20 @@ def main(argv: list[str] | None = None) -> int:
         "agent_wall_seconds": round(wall, 3),
         "agent_wall_seconds_all": [round(r["wall_seconds"], 3) for r in runs],
         "agent_scan_seconds": round(statistics.median(r["scan_seconds"] for r in runs), 3),
+        "agent_cpu_seconds": round(cpu, 3),
         "agent_mb_per_s": round(size / 1e6 / wall, 1),
+        "agent_mb_per_cpu_s": round(size / 1e6 / cpu, 1),
         "agent_matching_lines_per_s": round(grep_count / wall),
+        "agent_matching_lines_per_cpu_s": round(grep_count / cpu),
         "agent_pattern_lines_per_s": round(first["pattern_lines"] / wall),
         "agent_peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "grep_seconds": round(grep_s, 3),
+        "grep_cpu_seconds": round(grep_cpu, 3),
         "grep_mb_per_s": round(size / 1e6 / grep_s, 1),
         "grep_matching_lines": grep_count,
         "pattern_lines": first["pattern_lines"],
         "ratio_agent_over_grep": round(wall / grep_s, 2),
+        "ratio_agent_over_grep_cpu": round(cpu / max(grep_cpu, 1e-3), 2),
         "decision": first["decision"],
         "rule": first["rule"],
         "primary": {k: primary.get(k) for k in ("failure_class", "rank", "line")},
@@ -183,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(result, indent=2))
     print(
-        f"[{args.shape}] agent {result['agent_wall_seconds']}s ({result['agent_mb_per_s']} MB/s,"
-        f" {result['agent_matching_lines_per_s']} matching lines/s,"
-        f" {result['agent_pattern_lines_per_s']} pattern lines/s,"
-        f" {result['agent_peak_rss_mb']} MB RSS) vs grep -E -c {result['grep_seconds']}s:"
-        f" ratio {result['ratio_agent_over_grep']}x; verdict {first['decision']} {first['rule']};"
-        f" load {result['load_average']:.2f}",
+        f"[{args.shape}] agent {result['agent_wall_seconds']}s wall"
+        f" ({result['agent_mb_per_s']} MB/s, {result['agent_matching_lines_per_s']} matching"
+        f" lines/s), {result['agent_cpu_seconds']}s CPU ({result['agent_mb_per_cpu_s']} MB/s,"
+        f" {result['agent_matching_lines_per_cpu_s']} lines/s on one core),"
+        f" {result['agent_peak_rss_mb']} MB RSS; grep -E -c {result['grep_seconds']}s wall"
+        f" {result['grep_cpu_seconds']}s CPU: ratio {result['ratio_agent_over_grep']}x wall,"
+        f" {result['ratio_agent_over_grep_cpu']}x CPU; verdict {first['decision']}"
+        f" {first['rule']}; load {result['load_average']:.2f}",
         file=sys.stderr,
     )
     return 0 if ok else 1

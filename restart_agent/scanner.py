@@ -14,8 +14,9 @@ one feed) is searched with C-level byte operations only:
 - `findall` over the rank prefixes (guarded by a literal test) for `ranks_seen`,
 - backward `rfind` for progress (see `restart_agent.progress`).
 
-Only candidate lines are decoded and matched against the pattern table
-(`restart_agent.lines`). Lines longer than 64 KiB are cut to their first and last 32 KiB,
+Of the candidate lines, those no pattern row can match (warnings that merely say
+`error-prone`) are dropped by `restart_agent.linegate` at the cost of a dict lookup; only
+the rest are decoded and matched against the pattern table (`restart_agent.lines`). Lines longer than 64 KiB are cut to their first and last 32 KiB,
 the same way whether they arrive in one chunk or many, so memory stays bounded (a 2 GB
 file of NUL bytes without a newline is one line) and results do not depend on chunking.
 """
