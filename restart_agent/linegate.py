@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from restart_agent.registry import END, Registry, regex_needles
 
-MAX_CACHE = 1 << 16  # distinct digit-masked lines remembered (then the cache starts afresh)
-MAX_KEY = 1024  # longer lines are decided without the cache (bounds its memory: ~70 MB)
+MAX_CACHE = 1 << 15  # distinct digit-masked lines remembered (then the cache starts afresh)
+MAX_KEY = 1024  # longer lines are decided without the cache (bounds its memory: ~40 MB)
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, of ASCII
 _END = END.encode()

@@ -18,8 +18,8 @@ from __future__ import annotations
 from restart_agent import fingerprint as _fp
 from restart_agent.registry import PatternRow, Registry
 
-MAX_CACHE = 1 << 15
-MAX_KEY = 2048  # longer lines and messages are not cached (bounds the memory: ~100 MB)
+MAX_CACHE = 1 << 14
+MAX_KEY = 1024  # longer lines and messages are not cached (bounds the memory: ~40 MB)
 _NUL = bytes.maketrans(b"0123456789", b"\x00" * 10)
 
 

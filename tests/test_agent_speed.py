@@ -223,3 +223,26 @@ def test_huge_rank_numbers_are_no_ranks() -> None:
     ev = ra.LogScanner()
     ev.feed(b"[rank1]: hello\n[rank" + b"9" * 5000 + b"]: hi\n18446744073709551616: hey\n")
     assert ev.finish().ranks_seen == [1]
+
+
+def test_caches_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import restart_agent.linegate as lg
+    import restart_agent.rowcache as rc
+
+    monkeypatch.setattr(lg, "MAX_CACHE", 50)
+    monkeypatch.setattr(rc, "MAX_CACHE", 50)
+    rc._FINGERPRINTS.clear()
+    s = ra.LogScanner()
+    words = ["alpha", "beta", "gamma", "delta", "omega", "kappa"]
+    rnd = random.Random(1)
+    lines = []
+    for i in range(600):
+        w = " ".join(rnd.choices(words, k=4))
+        lines.append(f"[rank{i % 8}]: UserWarning: {w} is error-prone\n")
+        lines.append(f"[rank{i % 8}]: RuntimeError: {w} failed\n")
+    s.feed("".join(lines).encode())
+    ev = s.finish()
+    assert ev.root_lines == 600
+    assert 0 < len(s._gate._cache) <= 50
+    assert 0 < len(s._interp._selector._cache) <= 50
+    assert 0 < len(rc._FINGERPRINTS) <= 50
