@@ -51,10 +51,7 @@ class LineGate:
         self._cache: dict[bytes, bool] = {}
 
     def skip(self, raw: bytes) -> bool:
-        if b"\x00" in raw or b"\r" in raw.rstrip(b"\r\n") or not raw.isascii():
-            return False
-        # the text's end is marked as needles mark it (line() strips the text)
-        key = raw.translate(_ZEROS).rstrip(_SPACE) + _END
+        key = raw.translate(_ZEROS)
         if len(key) > MAX_KEY:
             return self._decide(key)
         got = self._cache.get(key)
@@ -66,6 +63,11 @@ class LineGate:
         return got
 
     def _decide(self, key: bytes) -> bool:
+        """`key`: the line with its digits masked (NUL, CR and non-ASCII bytes kept)."""
+        if b"\x00" in key or b"\r" in key.rstrip(b"\r\n") or not key.isascii():
+            return False
+        # the text's end is marked as needles mark it (line() strips the text)
+        key = key.rstrip(_SPACE) + _END
         if any(c in key for c in self._reads):
             return False
         for sets in self._rows:

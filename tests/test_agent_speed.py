@@ -19,6 +19,7 @@ import pytest
 
 import restart_agent as ra
 from restart_agent.linegate import LineGate
+from restart_agent.lines import READS
 from restart_agent.model import CycleEvidence
 from restart_agent.ranks import MAX_RANK, RankCollector, bounded_ranks
 from restart_agent.registry import END, default_registry, regex_needles
@@ -76,6 +77,13 @@ EDGE = b"".join(
         b"[rank13]: errorreempted by the scheduler\n",
         b"[rank14]: " + b"e" * 70_000 + b" rror RuntimeError: boom\n",
         b"0: RuntimeError: srun prefix\n",
+        # torch elastic's summary: the rank/exitcode lines match no row but name the rank
+        b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+        b"Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-02_10:21:19\n",
+        b"  host      : node001\n  rank      : 5 (local_rank: 5)\n",
+        b"  exitcode  : -9 (pid: 3005)\n  error_file: <N/A>\n",
+        b"  traceback : Signal 9 (SIGKILL) received by PID 3005\n",
+        b'[relaunch] fact: {"event": "exit", "rank": 3, "exitcode": -9}\n',
     ]
 )
 
@@ -150,10 +158,12 @@ def test_noise_lines_never_reach_the_interpreter(tmp_path: Path) -> None:
         (b"[rank1]: an error\x00 here", False),
         (b"[rank1]: an error\rCUDA error: x", False),
         (b"[rank1]: an error \xc2\xa0", False),
+        (b"  rank      : 5 (local_rank: 5) error_file", False),
+        (b'[relaunch] fact: {"event": "exit", "error": 1}', False),
     ],
 )
 def test_line_gate(line: bytes, skipped: bool) -> None:
-    gate = LineGate(default_registry())
+    gate = LineGate(default_registry(), READS)
     assert gate.skip(line) is skipped
     assert gate.skip(line) is skipped  # cached answer
 
