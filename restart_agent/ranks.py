@@ -6,28 +6,22 @@ matches only a prefix with a rank >= N (or a zero-padded one) tells in one C-lev
 whether a region could add anything; only then is `findall` run on it. The result is the
 same as running `findall` everywhere.
 
-Ranks are bounded: a prefix whose number is MAX_RANK or more (a line of thousands of
-digits, 2**64) names no rank and is ignored, so nothing here converts a huge number.
+Ranks are bounded as the prefix parser bounds them (`prefixes.bounded_int`): a number of
+more than MAX_RANK_DIGITS digits (thousands of digits, 2**64) names no rank and is never
+converted.
 """
 
 from __future__ import annotations
 
 import re
 
-from restart_agent.prefixes import RANK_FORMATS
-
-MAX_RANK = 10**7  # no job has this many ranks; larger prefixes are not ranks
-_DIGITS = len(str(MAX_RANK - 1))
+from restart_agent.prefixes import MAX_RANK_DIGITS, RANK_FORMATS
 
 
 def bounded_ranks(found: list[bytes]) -> set[int]:
-    """The ranks among decimal digit strings (leading zeros allowed), below MAX_RANK."""
-    out = set()
-    for d in set(found):
-        d = d.lstrip(b"0") or b"0"
-        if len(d) <= _DIGITS:
-            out.add(int(d))
-    return out
+    """The ranks among decimal digit strings, bounded as `prefixes.bounded_int` bounds a
+    prefix's rank (at most MAX_RANK_DIGITS digits, leading zeros included)."""
+    return {int(d) for d in set(found) if len(d) <= MAX_RANK_DIGITS}
 
 
 def at_least(n: int) -> str:

@@ -21,7 +21,8 @@ import restart_agent as ra
 from restart_agent.linegate import LineGate
 from restart_agent.lines import READS
 from restart_agent.model import CycleEvidence
-from restart_agent.ranks import MAX_RANK, RankCollector, bounded_ranks
+from restart_agent.prefixes import MAX_RANK_DIGITS
+from restart_agent.ranks import RankCollector, bounded_ranks
 from restart_agent.registry import END, default_registry, regex_needles
 from restart_agent.rowcache import RowSelector
 from tests._agent_helpers import LOGS, ROOT, make_logs, scan_chunked
@@ -226,7 +227,8 @@ def test_needles_hold_on_random_text() -> None:
 
 def test_huge_rank_numbers_are_no_ranks() -> None:
     assert bounded_ranks([b"7", b"0007", b"9" * 5000, str(2**64).encode()]) == {7}
-    assert bounded_ranks([str(MAX_RANK - 1).encode(), str(MAX_RANK).encode()]) == {MAX_RANK - 1}
+    top = b"9" * MAX_RANK_DIGITS
+    assert bounded_ranks([top, top + b"9", b"0" + top]) == {int(top)}
     rc = RankCollector()
     rc.region(b"\n[rank0]: a\n[rank" + b"9" * 5000 + b"]: b\n" + str(2**64).encode() + b": c\n")
     assert rc.ranks == {0}
