@@ -258,3 +258,20 @@ def test_caches_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < len(s._gate._cache) <= 50
     assert 0 < len(s._interp._selector._cache) <= 50
     assert 0 < len(rc._FINGERPRINTS) <= 50
+
+
+def test_the_gate_keeps_every_row_example() -> None:
+    """Each example line of the pattern table (as a rank-prefixed log line, with its digits
+    changed too) reaches the interpreter."""
+    gate = LineGate(default_registry(), READS)
+    kept = 0
+    for row in default_registry().patterns:
+        for ex in row.examples:
+            if not row.regex.search(ex.strip()):
+                continue
+            for line in (ex, ex.translate(str.maketrans("0123456789", "5678901234"))):
+                raw = b"[rank3]: " + line.encode("utf-8")
+                if row.regex.search(line.strip()):
+                    assert not gate.skip(raw), (row.id, line)
+                    kept += 1
+    assert kept > 100
