@@ -39,6 +39,7 @@ from launcher.config import RunSettings
 from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from launcher.straggler_scores import StragglerReports
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
@@ -128,7 +129,12 @@ class RelaunchAgent(LocalElasticAgent):
         self._out_lock = threading.Lock()
         self._sink_factory = sink_factory or (lambda path, cycle, node: FileSink(path))
         self._console = Console(settings.console_spec(), settings.nproc_per_node)
-        self._heartbeats = HeartbeatServer(on_progress=self._on_progress)
+        self._stragglers = StragglerReports(  # docs/straggler.md
+            settings.ft_straggler_report_interval, settings.ft_straggler_threshold, self._event
+        )
+        self._heartbeats = HeartbeatServer(
+            on_progress=self._on_progress, on_straggler=self._stragglers.on_message
+        )
         self._cycle_no = -1
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
@@ -244,6 +250,9 @@ class RelaunchAgent(LocalElasticAgent):
             st = self._state
             if st is None or st.ended:
                 return
+            scores = self._stragglers.end_cycle()
+            if scores is not None:
+                st.log.event(scores)
             st.log.event(
                 f"cycle {st.cycle} end: {outcome} after {time.monotonic() - st.started:.1f} s"
             )
@@ -307,6 +316,8 @@ class RelaunchAgent(LocalElasticAgent):
         self._monitor = monitor
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
+        ranks = [w.global_rank for w in worker_group.workers]
+        self._stragglers.start_cycle(st.cycle, st.node, ranks, os.environ)
         pids = super()._start_workers(worker_group)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)

@@ -11,6 +11,10 @@ Use it from the training script (stdlib only, cheap to import, safe outside the 
         heartbeat()                         # explicit heartbeat
         report_progress(iteration=it, checkpoint=path_or_None)
 
+    from launcher.client import straggler   # straggler detection (docs/straggler.md)
+    with straggler.section("fwd"):         # timed per rank, summarised per report interval
+        loss = model(batch)
+
 Each call sends one JSON datagram to the launcher's Unix socket (`RELAUNCH_FT_SOCKET`).
 Sending never blocks for long and never raises: when the launcher is gone or the script
 runs without it, the calls do nothing. Importing this module says `hello` to the
@@ -30,7 +34,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["heartbeat", "section", "report_progress", "start_heartbeat", "stop_heartbeat"]
+from launcher.straggler_worker import StragglerTimer
+
+__all__ = [
+    "heartbeat",
+    "section",
+    "report_progress",
+    "start_heartbeat",
+    "stop_heartbeat",
+    "straggler",
+]
 
 _lock = threading.Lock()
 _sock: socket.socket | None = None
@@ -62,9 +75,9 @@ def _send(kind: str, **fields: Any) -> None:
                 _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
             _said_hello = True
             msg = {"r": _rank(), "c": _cycle(), "k": kind, "t": time.monotonic(), **fields}
-            # progress must not be lost: wait briefly for room in the launcher's queue;
-            # a heartbeat that finds the queue full is dropped (the next one will do)
-            _sock.settimeout(_WAIT_S if kind in ("progress", "hello") else 0.0)
+            # progress and straggler summaries must not be lost: wait briefly for room in
+            # the launcher's queue; a heartbeat that finds it full is dropped (the next will do)
+            _sock.settimeout(_WAIT_S if kind in ("progress", "hello", "strag") else 0.0)
             _sock.sendto(json.dumps(msg).encode(), path)
         except OSError:
             pass  # launcher gone or queue full: a lost heartbeat is not an error
@@ -119,5 +132,7 @@ def stop_heartbeat() -> None:
     """Stop the background heartbeat thread, if any."""
     _bg_stop.set()
 
+
+straggler = StragglerTimer(_send)  # off unless the launcher set a report interval
 
 _send("hello")  # the rank is supervised from here (see the module docstring)

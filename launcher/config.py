@@ -42,6 +42,7 @@ from launcher.config_values import (
     std_spec,
 )
 from launcher.config_yaml import load_yaml as _load_yaml
+from launcher.straggler_scores import report_interval_value, threshold_value
 
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
@@ -252,6 +253,22 @@ OPTIONS: tuple[Option, ...] = (
         "HOST:PORT or unix:/PATH of a log funnel writer (root: <log-dir>/<job-id>): cycle "
         "log lines go there instead of local files",
     ),
+    # -- straggler detection (docs/straggler.md) --------------------------------------
+    Option(
+        "--ft-straggler-report-interval",
+        "ft_straggler_report_interval",
+        report_interval_value,
+        60.0,
+        "seconds between the ranks' section timing reports (0: straggler detection off)",
+    ),
+    Option(
+        "--ft-straggler-threshold",
+        "ft_straggler_threshold",
+        threshold_value,
+        0.7,
+        "a rank whose relative score stays below this (0 < T <= 1) is a straggler",
+    ),
+    # -- end straggler detection ------------------------------------------------------
     Option(
         "--ft-keep-rank-logs",
         "ft_keep_rank_logs",
@@ -309,6 +326,8 @@ class RunSettings:
     ft_gpu_health: str = "auto"
     ft_log_funnel: str = ""
     ft_keep_rank_logs: bool = False
+    ft_straggler_report_interval: float = 60.0  # straggler detection (docs/straggler.md)
+    ft_straggler_threshold: float = 0.7
     standalone: bool = False
     master_addr: str = "127.0.0.1"
     master_port: int | None = None

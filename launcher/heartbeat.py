@@ -4,7 +4,8 @@ Workers (through `launcher.client`) send small JSON datagrams to a Unix datagram
 whose path the launcher passes in `RELAUNCH_FT_SOCKET`. `HeartbeatServer` owns the socket
 and a receiver thread; `RankMonitor` keeps, per cycle, each rank's last heartbeat and
 open section and answers "which rank is hung?". Progress reports are handed to a
-callback so they land in the cycle log as `[relaunch] progress rank=R iteration=N`.
+callback so they land in the cycle log as `[relaunch] progress rank=R iteration=N`;
+straggler summaries (kind `strag`, docs/straggler.md) go to their own callback.
 
 A rank is supervised from its first message (the client sends `hello` when it is first
 used). Until its first heartbeat the initial timeout applies (initialisation is slow);
@@ -116,7 +117,11 @@ class RankMonitor:
 class HeartbeatServer:
     """A Unix datagram socket in a private temp dir and the thread that reads it."""
 
-    def __init__(self, on_progress: Callable[[int, int, dict], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_progress: Callable[[int, int, dict], None] | None = None,
+        on_straggler: Callable[[int, int, dict], None] | None = None,
+    ) -> None:
         base = "/tmp" if os.path.isdir("/tmp") else None  # short path: AF_UNIX limit is 108
         self._dir = tempfile.mkdtemp(prefix="relaunch-", dir=base)
         self.path = os.path.join(self._dir, "ft.sock")
@@ -125,6 +130,7 @@ class HeartbeatServer:
         self._sock.settimeout(0.2)
         self._monitor: RankMonitor | None = None
         self._on_progress = on_progress
+        self._on_straggler = on_straggler
         self._closed = threading.Event()
         self._synced: dict[str, threading.Event] = {}
         self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
@@ -177,6 +183,8 @@ class HeartbeatServer:
         monitor.observe(rank, kind, msg.get("s"), sent_at if isinstance(sent_at, float) else None)
         if kind == "progress" and self._on_progress is not None:
             self._on_progress(cycle, rank, msg)
+        elif kind == "strag" and self._on_straggler is not None:
+            self._on_straggler(cycle, rank, msg)
 
     def close(self) -> None:
         self._closed.set()
