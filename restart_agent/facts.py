@@ -4,7 +4,7 @@ The contract (docs/restart_agent.md, "Launcher facts"): one fact per line, start
 with exactly `[relaunch] fact: ` (no rank prefix: worker output is always rank-prefixed in
 the cycle log, so a worker cannot forge one), then a compact JSON object with `fact` (the
 kind) and `cycle`. Kinds: `cycle_start`, `rank_exit`, `ranks_stopped`, `hang`,
-`iterations`, `node_health`, `cycle_end`. Unknown kinds and fields are ignored; a malformed
+`iterations`, `node_health`, `cycle_end`, `straggler`, `straggler_scores`. Unknown kinds and fields are ignored; a malformed
 line (bad JSON, wrong types, numbers out of bounds) is ignored, never a crash.
 
 `FactCollector.line(text, lineno)` takes a decoded line; `result()` gives `LauncherFacts`
@@ -105,6 +105,8 @@ class FactCollector:
         self.health: list[dict[str, Any]] = []
         self.outcome: str | None = None
         self.duration: float | None = None
+        self.stragglers: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self.straggler_scores: list[dict[str, Any]] = []
 
     def line(self, text: str, lineno: int) -> bool:
         """Take one decoded line (no newline); True when it was a well-formed fact."""
@@ -204,6 +206,59 @@ class FactCollector:
             self.duration = max(d, self.duration or 0.0)
         return True
 
+    def _straggler(self, o: dict[str, Any], lineno: int) -> bool:
+        rank = _int(o.get("rank"))
+        reports = _int(o.get("reports"), 1, 2**31)
+        rel, thr = _float(o.get("relative")), _float(o.get("threshold"))
+        if rank is None or reports is None or rel is None or thr is None:
+            return False
+        node = _str(o.get("node"))
+        key = (node, rank)
+        prev = self.stragglers.get(key)
+        if prev is None and len(self.stragglers) >= 1000:
+            return False
+        if prev is None or reports >= prev["reports"]:
+            self.stragglers[key] = {
+                "rank": rank,
+                "node": node,
+                "section": _str(o.get("section")),
+                "relative": rel,
+                "individual": _float(o.get("individual")),
+                "threshold": thr,
+                "reports": reports,
+                "report": _int(o.get("report"), 1, 2**31),
+                "line": lineno,
+                "since_line": prev["since_line"] if prev is not None else lineno,
+            }
+        return True
+
+    def _straggler_scores(self, o: dict[str, Any], lineno: int) -> bool:
+        ranks = o.get("ranks")
+        thr = _float(o.get("threshold"))
+        if not isinstance(ranks, dict) or thr is None or len(self.straggler_scores) >= 1000:
+            return False
+        clean: dict[str, dict[str, Any]] = {}
+        for k, v in list(ranks.items())[:MAX_LIST]:
+            ok = isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 8
+            if not ok or not isinstance(v, dict) or _float(v.get("relative")) is None:
+                continue
+            clean[str(int(k))] = {
+                "relative": _float(v.get("relative")),
+                "lowest": _float(v.get("lowest")),
+                "individual": _float(v.get("individual")),
+                "section": _str(v.get("section")),
+                "below": _int(v.get("below"), 0, 2**31) or 0,
+            }
+        self.straggler_scores.append(
+            {
+                "node": _str(o.get("node")),
+                "threshold": thr,
+                "reports": _int(o.get("reports"), 0, 2**31) or 0,
+                "ranks": clean,
+            }
+        )
+        return True
+
     # ------------------------------------------------------------------ result
     def result(self) -> LauncherFacts | None:
         if not self.count:
@@ -225,4 +280,6 @@ class FactCollector:
             node_health=list(self.health),
             outcome=self.outcome,
             duration_s=self.duration,
+            stragglers=sorted(self.stragglers.values(), key=lambda d: (d["line"], d["rank"])),
+            straggler_scores=list(self.straggler_scores),
         )

@@ -134,6 +134,11 @@ class LauncherFacts:
     node_health: list[dict[str, Any]] = field(default_factory=list)  # {"node","healthy","reason"}
     outcome: str | None = None
     duration_s: float | None = None
+    # `straggler` facts, the latest per (node, rank): {"rank", "node", "section", "relative",
+    # "individual", "threshold", "reports", "report", "line"}
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    # `straggler_scores` facts, one per node: {"node", "threshold", "reports", "ranks"}
+    straggler_scores: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def first_exit(self) -> ProcessExit | None:
@@ -343,6 +348,8 @@ class Verdict:
     llm: dict[str, Any] = field(default_factory=lambda: {"contributed": False})
     scan: dict[str, Any] = field(default_factory=dict)  # lines, bytes, timings
     node_health: list[NodeHealthNote] = field(default_factory=list)  # launchers' reports
+    # the launcher's straggler scores and who they name (restart_agent/stragglers.py)
+    stragglers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -360,4 +367,5 @@ class Verdict:
             "llm": dict(self.llm),
             "scan": dict(self.scan),
             "node_health": [n.to_dict() for n in self.node_health],
+            "stragglers": self.stragglers,
         }

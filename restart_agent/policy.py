@@ -65,6 +65,8 @@ from restart_agent.model import (
     Progress,
     Verdict,
 )
+from restart_agent.stragglers import suspect as straggler_suspect
+from restart_agent.stragglers import verdict_stragglers
 
 ADVANCED, NONE, STARTUP, UNKNOWN = "advanced", "none", "startup", "unknown"
 NO_PROGRESS = (NONE, STARTUP)
@@ -89,6 +91,7 @@ RANK_SOURCES = {
     "elastic_exit": "torch elastic's failed-process line (local rank, single node)",
     "kernel": "a kernel line tied to the rank by its PID",
     "silent_rank": "the only rank that did not time out",
+    "straggler": "the launcher's straggler scores: the rank stayed slow before the timeout",
 }
 
 
@@ -229,6 +232,9 @@ def decide(
     that ran this cycle turns a ceiling STOP into `restart.unhealthy_node_excluded`.
     """
     primary, reason = pick_primary(evidence, fr_culprit_ranks)
+    slow = straggler_suspect(primary, evidence.launcher)  # who is blamed, never the decision
+    if slow is not None:
+        primary, reason = slow, f"{reason}; rank {slow.rank} was a persistent straggler before it"
     prog = effective_progress(evidence)
     prior = sorted(history, key=lambda p: p.cycle)
     cur_cycle = (prior[-1].cycle + 1) if prior else 0
@@ -526,6 +532,9 @@ def _build(
             "truncated_last_line": evidence.truncated_last_line,
         },
         node_health=node_health,
+        stragglers=verdict_stragglers(
+            facts, primary.rank if primary and primary.rank_source == "straggler" else None
+        ),
     )
 
 

@@ -23,6 +23,8 @@ class Taxonomy:
     infrastructure_wins: frozenset[str]
     config_rows: frozenset[str] = frozenset()
     config_functions: re.Pattern[str] | None = None
+    # timeout classes a persistent straggler before them may explain (restart_agent/stragglers.py)
+    straggler_suspects: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -60,4 +62,14 @@ def taxonomy() -> Taxonomy:
         rx = re.compile(fns) if fns else None
     except re.error as exc:
         raise RegistryError(f"{TAXONOMY_FILE}: config_validation.functions: {exc}") from exc
-    return Taxonomy(dict(signals), exit_code, frozenset(wins), frozenset(map(str, rows)), rx)
+    suspects = data.get("straggler_suspects") or []
+    if not isinstance(suspects, list) or not all(isinstance(c, str) for c in suspects):
+        raise RegistryError(f"{TAXONOMY_FILE}: straggler_suspects must be a list of classes")
+    return Taxonomy(
+        dict(signals),
+        exit_code,
+        frozenset(wins),
+        frozenset(map(str, rows)),
+        rx,
+        frozenset(suspects),
+    )
