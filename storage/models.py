@@ -103,6 +103,8 @@ class Cycle(Base):
     # by its verdict), and why the last one failed
     analysis_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     analysis_error: Mapped[str | None] = mapped_column(Text)
+    # revision 0007: the launcher's straggler scores of this cycle (docs/straggler.md)
+    stragglers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     job: Mapped[Job] = relationship(back_populates="cycles")
     evidence: Mapped[list[EvidenceRow]] = relationship(

@@ -68,6 +68,7 @@ class CycleRecord:
     audit_path: str | None = None
     analysis_requested_at: datetime | None = None  # an analysis in flight (or killed)
     analysis_error: str | None = None  # why the last analysis failed
+    stragglers: dict[str, Any] | None = None  # straggler scores (revision 0007)
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property

@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 # Listings read plain columns (no ORM objects: ~10x faster for long histories); the JSON
 # columns only when asked for.
-_JSON_COLUMNS = ("verdict", "fr_findings", "llm", "node_health")
+_JSON_COLUMNS = ("verdict", "fr_findings", "llm", "node_health", "stragglers")
 _LIST_COLUMNS = tuple(
     c for c in Cycle.__table__.columns if c.name not in _JSON_COLUMNS + ("id", "job_pk")
 )
@@ -304,6 +304,33 @@ class HistoryRepository:
             row.node_health = {**(row.node_health or {}), str(node): record}
 
         self._update_cycle(job_id, cycle, apply)
+
+    def save_stragglers(self, job_id: str, cycle: int, stragglers: dict[str, Any]) -> None:
+        """Keep a cycle's straggler scores (the shape of a verdict's `stragglers`: `named`,
+        `persistent`, `scores`, `suspect_rank`), replacing earlier ones; a verdict that
+        carries `stragglers` saves them too. The cycle is created when not known yet."""
+        stragglers = _check_json("stragglers", stragglers)
+        self._update_cycle(job_id, cycle, lambda row: setattr(row, "stragglers", stragglers))
+
+    def stragglers(self, job_id: str, cycle: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """(cycle, straggler scores) of the job's cycles that have them, oldest first;
+        `cycle` keeps that one only. An unknown job gives []."""
+        job_id = _check_job_id(job_id)
+        if cycle is not None:
+            cycle = _check_cycle(cycle)
+
+        def op(session: Session) -> list[tuple[int, dict[str, Any]]]:
+            q = (
+                select(Cycle.cycle, Cycle.stragglers)
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(Job.job_id == job_id, Cycle.stragglers.is_not(None))
+                .order_by(Cycle.cycle)
+            )
+            if cycle is not None:
+                q = q.where(Cycle.cycle == cycle)
+            return [(int(c), dict(s)) for c, s in session.execute(q) if isinstance(s, dict)]
+
+        return self._reading(op)
 
     # -- analyses in flight (the service resumes them after a crash) ----------------------
 
@@ -845,6 +872,8 @@ def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
     row.llm_contributed = bool(llm.get("contributed", False))
     row.analysed_at = now
     row.ended_at = row.ended_at or now
+    if isinstance(verdict.get("stragglers"), dict):
+        row.stragglers = verdict["stragglers"]
 
 
 def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[dict[str, Any]]:
@@ -953,5 +982,6 @@ def _cycle_record(
         audit_path=row.audit_path,
         analysis_requested_at=as_utc(row.analysis_requested_at),
         analysis_error=row.analysis_error,
+        stragglers=row.stragglers if with_verdict else None,
         evidence=evidence,
     )
