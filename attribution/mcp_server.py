@@ -11,7 +11,9 @@ structured result (from the pydantic result models below):
 - `analyze_log` — analyse a log file (confined to the allowed roots) with the job's
   history, optionally saving the verdict;
 - `search_history` — cycles of every job by fingerprint / failure class / decision;
-- `analyze_fr_dumps` — NCCL Flight Recorder dumps (confined) to culprit ranks.
+- `analyze_fr_dumps` — NCCL Flight Recorder dumps (confined) to culprit ranks;
+- `stragglers` — the launcher's straggler scores per cycle: slow ranks named, the
+  suspect of a timeout (docs/straggler.md).
 
 Bad arguments become tool errors (`isError: true`) with a one-line message; nothing
 is written unless `analyze_log(save=true)` is asked for. `relaunch mcp` (relaunch_cli/mcp_cmd.py)
@@ -134,6 +136,14 @@ class SearchResults(BaseModel):
     cycles: list[CycleVerdict]
     count: int
     limit: int
+
+
+class StragglerReport(BaseModel):
+    job_id: str
+    cycles: list[dict[str, Any]] = Field(
+        description="per cycle: named (straggler facts), persistent (ranks), scores (per node), suspect_rank"
+    )
+    named_ranks: list[int] = Field(description="ranks named persistent stragglers in any cycle")
 
 
 class FRAnalysis(BaseModel):
@@ -498,6 +508,24 @@ def build_server(
         ],
     ) -> FRAnalysis:
         return await run(tools.analyze_fr_dumps, paths)
+
+    @server.tool(
+        description="A job's straggler reports per cycle (the launcher's section timings): ranks whose relative score stayed below the threshold, every rank's scores per node, and the rank blamed for a later timeout (suspect_rank)."
+    )
+    async def stragglers(
+        job_id: JobId,
+        cycle: Annotated[int | None, Field(None, ge=0, description="only this cycle")] = None,
+    ) -> StragglerReport:
+        def get() -> StragglerReport:
+            tools._get_job(job_id)  # an unknown job is an error, not an empty answer
+            rows = repo.stragglers(job_id, cycle)
+            return StragglerReport(
+                job_id=job_id,
+                cycles=[{"cycle": c, **s} for c, s in rows],
+                named_ranks=sorted({r for _, s in rows for r in s.get("persistent") or []}),
+            )
+
+        return await run(get)
 
     return server
 

@@ -26,6 +26,7 @@ EXPECTED_TOOLS = {
     "analyze_log",
     "search_history",
     "analyze_fr_dumps",
+    "stragglers",
 }
 FP = "nccl_network_error:Got completion with error N"
 
