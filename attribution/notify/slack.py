@@ -4,7 +4,9 @@
 is given a Slack channel. It posts with slack-sdk's `WebClient.chat_postMessage`:
 
 - always on STOP; optionally on every failed cycle (`--slack-on failure`) or when a
-  failure fingerprint recurs (`--slack-on recurring`);
+  failure fingerprint recurs (`--slack-on recurring`); optionally (off by default,
+  `--slack-straggler-reports N`) a separate alert when a verdict's straggler scores show a
+  rank below the threshold in at least N consecutive reports (docs/straggler.md);
 - deduplicated per job (one message per (job, cycle), one "recurring" message per
   (job, fingerprint)); with `use_store(repo.alert_recorded, repo.record_alert)` (what
   `relaunch serve` does) the worker also skips alerts a previous process sent and records
@@ -59,8 +61,11 @@ class SlackConfig:
     max_backoff_s: float = 60.0
     timeout_s: int = 10
     queue_size: int = 1000
+    straggler_reports: int | None = None  # alert on a rank slow in >= N reports (None: off)
 
     def __post_init__(self) -> None:
+        if self.straggler_reports is not None and self.straggler_reports < 1:
+            raise ValueError("--slack-straggler-reports must be >= 1")
         unknown = set(self.on) - set(TRIGGERS)
         if unknown:
             raise ValueError(f"unknown --slack-on value(s): {', '.join(sorted(unknown))}")
@@ -81,6 +86,8 @@ class _Outgoing:
 
     def store_keys(self) -> list[str]:
         """What the alert store records once this alert is sent."""
+        if self.kind == "straggler":
+            return [] if self.cycle is None else [f"slack:straggler:{self.cycle}"]
         keys = (
             []
             if self.cycle is None
@@ -96,6 +103,7 @@ class _Outgoing:
 class _JobState:
     sent_cycles: set[tuple[int, str]] = field(default_factory=set)  # (cycle, decision)
     recurring_fps: set[str] = field(default_factory=set)
+    straggler_cycles: set[int | None] = field(default_factory=set)
     recent: list[float] = field(default_factory=list)  # send times inside the window
     suppressed: int = 0
 
@@ -229,6 +237,80 @@ def build_message(
     return slack_escape(_clip(text, 1000)), blocks
 
 
+def slow_ranks(stragglers: Any, reports: int) -> list[dict[str, Any]]:
+    """Named stragglers whose run below the threshold reached `reports` reports (the
+    longest run from the per-node scores when it is longer than the last fact's count)."""
+    if not isinstance(stragglers, Mapping):
+        return []
+    longest: dict[tuple[str, str], int] = {}
+    for sc in stragglers.get("scores") or []:
+        if isinstance(sc, Mapping) and isinstance(sc.get("ranks"), Mapping):
+            for r, v in sc["ranks"].items():
+                if isinstance(v, Mapping) and isinstance(v.get("below"), int):
+                    longest[(str(sc.get("node")), str(r))] = int(v["below"])
+    out = []
+    for s in stragglers.get("named") or []:
+        if not isinstance(s, Mapping) or not isinstance(s.get("reports"), int):
+            continue
+        k = max(int(s["reports"]), longest.get((str(s.get("node")), str(s.get("rank"))), 0))
+        if k >= reports:
+            out.append({**s, "reports": k})
+    return out
+
+
+def straggler_message(
+    job_id: str,
+    cycle: int | None,
+    slow: list[dict[str, Any]],
+    stragglers: Mapping[str, Any],
+    dashboard_url: str | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and Block Kit blocks of a straggler alert."""
+    cycle_txt = "?" if cycle is None else str(cycle)
+    lines = []
+    for s in slow[:16]:
+        where = f"rank {s.get('rank')}" + (f" on node {s['node']}" if s.get("node") else "")
+        lines.append(
+            f"{where}: section {_code(str(s.get('section') or '?'))} relative "
+            f"{s.get('relative')} (threshold {s.get('threshold')}), individual "
+            f"{s.get('individual')}, {s.get('reports')} reports in a row"
+        )
+    suspect = stragglers.get("suspect_rank")
+    title = _clip(f"Straggler in job {job_id}, cycle {cycle_txt}", 140)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": slack_escape("\n".join(lines))}},
+    ]
+    if suspect is not None:
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [
+                    {"type": "mrkdwn", "text": f"rank {suspect} is the suspect of the timeout"}
+                ],
+            }
+        )
+    url = cycle_url(dashboard_url, job_id, cycle)
+    if url:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open in dashboard"},
+                        "url": url,
+                    }
+                ],
+            }
+        )
+    ranks = ",".join(str(s.get("rank")) for s in slow)
+    text = f"relaunch straggler job {job_id} cycle {cycle_txt}: rank(s) {ranks} slow"
+    if url:
+        text += f" {url}"
+    return slack_escape(_clip(text, 1000)), blocks
+
+
 class SlackNotifier:
     """Engine listener: `notifier(event)` enqueues an alert; a worker thread posts it."""
 
@@ -314,7 +396,9 @@ class SlackNotifier:
             log.exception("slack: could not queue an alert")
 
     def notify(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> str | None:
-        """Queue an alert for one verdict if it qualifies; return its kind, or None."""
+        """Queue an alert for one verdict if it qualifies; return its kind, or None.
+        A straggler alert (its own message) is queued first when it qualifies."""
+        self._notify_straggler(job_id, cycle, verdict)
         kind = self._kind(verdict)
         if kind is None or self._stopped.is_set():
             return None
@@ -367,6 +451,33 @@ class SlackNotifier:
             log.error("slack: queue full, dropped a %s alert for job %s", kind, job_id)
             return None
         return kind
+
+    def _notify_straggler(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> bool:
+        """Queue a straggler alert when a rank was slow in >= `straggler_reports` reports."""
+        need = self.config.straggler_reports
+        slow = slow_ranks(verdict.get("stragglers"), need) if need is not None else []
+        if not slow or self._stopped.is_set():
+            return False
+        with self._lock:
+            state = self._jobs.setdefault(job_id, _JobState())
+            if cycle in state.straggler_cycles or not self._allow(state):
+                return False
+            state.straggler_cycles.add(cycle)
+        text, blocks = straggler_message(
+            job_id, cycle, slow, verdict.get("stragglers") or {}, self.config.dashboard_url
+        )
+        item = _Outgoing(job_id, cycle, "straggler", text, blocks, verdict=dict(verdict))
+        with self._idle:
+            self._busy += 1
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+            log.error("slack: queue full, dropped a straggler alert for job %s", job_id)
+            return False
+        return True
 
     def _kind(self, verdict: Mapping[str, Any]) -> str | None:
         decision = verdict.get("decision")
@@ -551,6 +662,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="when to post (repeatable); STOP verdicts are always posted",
     )
     group.add_argument(
+        "--slack-straggler-reports",
+        type=int,
+        metavar="N",
+        help="also post when a rank stayed below the straggler threshold in >= N "
+        "consecutive reports (off by default; docs/straggler.md)",
+    )
+    group.add_argument(
         "--dashboard-url",
         metavar="URL",
         help="public URL of the dashboard, linked from alerts (e.g. http://host:8000)",
@@ -589,9 +707,12 @@ def config_from_args(
     channel = getattr(args, "slack_channel", None)
     token_file = getattr(args, "slack_token_file", None)
     on: Iterable[str] = getattr(args, "slack_on", None) or ()
+    straggler_reports = getattr(args, "slack_straggler_reports", None)
     if not channel:
-        if token_file or on:
-            raise ValueError("--slack-token-file/--slack-on need --slack-channel")
+        if token_file or on or straggler_reports is not None:
+            raise ValueError(
+                "--slack-token-file/--slack-on/--slack-straggler-reports need --slack-channel"
+            )
         return None
     token = read_token(token_file, environ)
     if not token:
@@ -605,6 +726,7 @@ def config_from_args(
         on=frozenset(on) | {"stop"},
         dashboard_url=getattr(args, "dashboard_url", None),
         base_url=base_url,
+        straggler_reports=straggler_reports,
     )
 
 

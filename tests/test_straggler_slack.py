@@ -1,0 +1,103 @@
+"""The optional Slack straggler alert, against the loopback Slack-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from attribution.notify import slack
+from tests._slack_server import SlackServer
+from tests.test_slack import TOKEN, notifier
+
+STRAGGLERS = {
+    "named": [
+        {
+            "rank": 5,
+            "node": "node1",
+            "section": "fwd",
+            "relative": 0.3,
+            "individual": 0.4,
+            "threshold": 0.7,
+            "reports": 2,
+        },
+    ],
+    "persistent": [5],
+    "scores": [
+        {
+            "node": "node1",
+            "threshold": 0.7,
+            "reports": 7,
+            "ranks": {"5": {"relative": 0.3, "below": 3}, "1": {"relative": 1.0, "below": 0}},
+        }
+    ],
+    "suspect_rank": 5,
+    "min_reports": 2,
+}
+
+
+def restart(**extra: Any) -> dict[str, Any]:
+    return {
+        "decision": "RESTART",
+        "rule": "restart.cascade_only",
+        "basis": "b",
+        "primary": {"failure_class": "nccl_watchdog_timeout", "rank": 5},
+        **extra,
+    }
+
+
+def test_straggler_alert_is_off_by_default() -> None:
+    with SlackServer(TOKEN) as server:
+        n = notifier(server)
+        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})
+        assert n.flush(10)
+        n.close()
+        assert server.requests == []
+
+
+def test_straggler_alert_names_the_slow_rank_once_when_it_stayed_slow_for_n_reports() -> None:
+    with SlackServer(TOKEN) as server:
+        n = notifier(server, straggler_reports=3, dashboard_url="http://dash:8000")
+        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})
+        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})  # dedup
+        n({"job_id": "j", "cycle": 2, "verdict": restart()})  # no scores: nothing
+        assert n.flush(10)
+        n.close()
+        [msg] = server.wait_for(1)
+        assert len(server.requests) == 1
+    assert msg["text"].startswith("relaunch straggler job j cycle 1: rank(s) 5 slow")
+    body = str(msg["blocks"])
+    assert "rank 5 on node node1" in body and "3 reports in a row" in body
+    assert "relative 0.3" in body and "suspect of the timeout" in body
+    assert "http://dash:8000/jobs/j/cycles/1" in body
+
+
+def test_a_rank_slow_for_fewer_reports_is_not_alerted_and_stop_still_is() -> None:
+    with SlackServer(TOKEN) as server:
+        n = notifier(server, straggler_reports=4)
+        n(
+            {
+                "job_id": "j",
+                "cycle": 1,
+                "verdict": {**restart(stragglers=STRAGGLERS), "decision": "STOP"},
+            }
+        )
+        assert n.flush(10)
+        n.close()
+        [msg] = server.wait_for(1)
+    assert msg["text"].startswith("relaunch STOP")
+
+
+def test_bad_straggler_flags_are_one_line_errors() -> None:
+    parser = argparse.ArgumentParser()
+    slack.add_arguments(parser)
+    args = parser.parse_args(["--slack-straggler-reports", "3"])
+    with pytest.raises(ValueError, match="need --slack-channel"):
+        slack.config_from_args(args, {})
+    args = parser.parse_args(["--slack-channel", "#a", "--slack-straggler-reports", "0"])
+    with pytest.raises(ValueError, match="must be >= 1"):
+        slack.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
+    args = parser.parse_args(["--slack-channel", "#a", "--slack-straggler-reports", "2"])
+    cfg = slack.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
+    assert cfg is not None and cfg.straggler_reports == 2
