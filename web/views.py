@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime
 from typing import Any
 
+from web.straggler_strip import straggler_strip
+
 TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 
 
@@ -410,4 +412,5 @@ def cycle_detail(record: Any) -> dict[str, Any]:
         "llm_contributed": bool((verdict.get("llm") or {}).get("contributed")),
         "has_verdict": bool(verdict),
         "verdict_json": pretty_json(verdict) if verdict else "",
+        "stragglers": straggler_strip(c.get("stragglers") or verdict.get("stragglers")),
     }
