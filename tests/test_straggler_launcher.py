@@ -1,0 +1,103 @@
+"""Straggler detection end to end: real 3-rank gloo jobs under `relaunch run`.
+
+One rank sleeps 5x longer in its timed section `fwd`: the launcher names it, and only it,
+within two reports. Without a slow rank, 20 reports name nobody. The jobs run until every
+rank has sent a given number of reports (tests/workers/straggler_job.py), so the tests count
+reports, never seconds. Bad option values are one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests._launcher_helpers import REPO, read_log, run_relaunch
+
+WORKER = REPO / "tests" / "workers" / "straggler_job.py"
+FACT = "[relaunch] fact: "
+
+
+def _args(tmp_path: Path, job: str, *extra: str) -> list[str]:
+    return [
+        "--nproc-per-node",
+        "3",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--job-id",
+        job,
+        "--ft-gpu-health",
+        "off",
+        "--ft-attribution-endpoint",
+        "off",
+        *extra,
+    ]
+
+
+def _facts(text: str, kind: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith(FACT):
+            obj = json.loads(line[len(FACT) :])
+            if obj["fact"] == kind:
+                out.append(obj)
+    return out
+
+
+def test_a_rank_five_times_slower_is_named_within_two_reports(tmp_path: Path) -> None:
+    args = _args(tmp_path, "slow", "--ft-straggler-report-interval", "0.6")
+    worker = [str(WORKER), "--reports", "4", "--base", "0.05", "--slow-rank", "1"]
+    r = run_relaunch(tmp_path, args + worker, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = read_log(tmp_path, "slow", 0)
+    named = _facts(log, "straggler")
+    assert named, log[-3000:]
+    assert {f["rank"] for f in named} == {1}  # only the slow rank
+    first = named[0]
+    assert first["reports"] == 2 and first["report"] <= 2  # within two reports
+    assert first["section"] == "fwd" and first["threshold"] == 0.7 and first["cycle"] == 0
+    assert first["relative"] < 0.5  # 5x slower against the median rank
+    [scores] = _facts(log, "straggler_scores")
+    assert scores["reports"] >= 4
+    assert set(scores["ranks"]) == {"0", "1", "2"}
+    assert scores["ranks"]["1"]["below"] == scores["reports"]
+    assert scores["ranks"]["0"]["below"] == 0 and scores["ranks"]["2"]["below"] == 0
+    # the facts are launcher lines: never rank-prefixed
+    assert all(line.startswith("[relaunch] ") for line in log.splitlines() if '"straggler' in line)
+
+
+def test_no_straggler_is_named_across_twenty_reports_of_alike_ranks(tmp_path: Path) -> None:
+    args = _args(tmp_path, "calm", "--ft-straggler-report-interval", "0.5")
+    worker = [str(WORKER), "--reports", "20", "--base", "0.05"]
+    r = run_relaunch(tmp_path, args + worker, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = read_log(tmp_path, "calm", 0)
+    assert _facts(log, "straggler") == []
+    [scores] = _facts(log, "straggler_scores")
+    assert scores["reports"] >= 20
+    assert all(v["below"] < 2 for v in scores["ranks"].values())
+
+
+def test_interval_zero_turns_straggler_detection_off(tmp_path: Path) -> None:
+    args = _args(tmp_path, "off", "--ft-straggler-report-interval", "0")
+    worker = [str(WORKER), "--reports", "0", "--slow-rank", "1"]
+    r = run_relaunch(tmp_path, args + worker, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = read_log(tmp_path, "off", 0)
+    assert '"straggler' not in log
+    assert "sent 0 straggler reports" in log
+
+
+def test_bad_straggler_options_are_one_line_errors(tmp_path: Path) -> None:
+    cases = [
+        (["--ft-straggler-threshold", "0"], "0 < T <= 1"),
+        (["--ft-straggler-threshold", "1.5"], "0 < T <= 1"),
+        (["--ft-straggler-threshold", "x"], "ft_straggler_threshold"),
+        (["--ft-straggler-report-interval", "-1"], ">= 0"),
+        (["--ft-straggler-report-interval", "nan"], ">= 0"),
+    ]
+    for extra, said in cases:
+        r = run_relaunch(tmp_path, _args(tmp_path, "bad", *extra) + [str(WORKER)], timeout=60)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert said in r.stderr, (extra, r.stderr)
+        assert not (tmp_path / "logs" / "bad").exists() or not list(
+            (tmp_path / "logs" / "bad").glob("cycle_*.log")
+        )
