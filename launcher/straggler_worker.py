@@ -86,13 +86,11 @@ class _CudaSection:
         self._name = name
 
     def __enter__(self) -> None:
-        cuda = sys.modules["torch"].cuda
-        self._start = cuda.Event(enable_timing=True)
+        self._start = self._owner._cuda.Event(enable_timing=True)
         self._start.record()
 
     def __exit__(self, *exc: object) -> None:
-        cuda = sys.modules["torch"].cuda
-        end = cuda.Event(enable_timing=True)
+        end = self._owner._cuda.Event(enable_timing=True)
         end.record()
         self._owner._pending.append((self._name, self._start, end))
         self._owner._maybe_report(time.perf_counter_ns())
@@ -129,7 +127,8 @@ class StragglerTimer:
         self._interval_ns = int(interval_s * 1e9) if self.enabled else 0
         self._durations: dict[str, list[int]] = {}
         self._pending: list[tuple[str, Any, Any]] = []  # CUDA events not yet read
-        self.timer = choose_timer(modules) if self.enabled else "off"
+        self._cuda: Any = None  # torch.cuda while the timer is "cuda"
+        self.timer = self._choose() if self.enabled else "off"
         self._next_report = 0  # the first section ending starts the first interval
         self._started = False
         self.reports_sent = 0
@@ -143,6 +142,12 @@ class StragglerTimer:
         return _CpuSection(self, name)
 
     # ------------------------------------------------------------------ internals
+    def _choose(self) -> str:
+        timer = choose_timer(self._modules)
+        mods = sys.modules if self._modules is None else self._modules
+        self._cuda = mods["torch"].cuda if timer == "cuda" else None
+        return timer
+
     def _record(self, name: str, duration_ns: int, now_ns: int) -> None:
         self._record_sample(name, duration_ns)
         if now_ns >= self._next_report:
@@ -195,7 +200,7 @@ class StragglerTimer:
         sec = self.summary()
         self._durations = {}
         self._next_report = now_ns + self._interval_ns
-        self.timer = choose_timer(self._modules)
+        self.timer = self._choose()
         if not sec:
             return False
         self.reports_sent += 1
