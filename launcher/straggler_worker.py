@@ -29,6 +29,7 @@ MAX_SECTIONS = 64  # section names kept per report (the datagram stays small)
 MAX_SAMPLES = 4096  # durations kept per section per report (a bounded median)
 
 Send = Callable[..., None]
+_now_ns = time.perf_counter_ns
 
 
 def choose_timer(modules: Mapping[str, Any] | None = None) -> str:
@@ -64,18 +65,30 @@ _NULL = _Null()
 
 
 class _CpuSection:
-    __slots__ = ("_owner", "_name", "_t0")
+    """One per section name, reused (no allocation per entry); a stack of start times
+    keeps nested or recursive entries of the same name correct."""
+
+    __slots__ = ("_owner", "_name", "_starts")
 
     def __init__(self, owner: StragglerTimer, name: str) -> None:
         self._owner = owner
         self._name = name
+        self._starts: list[int] = []
 
     def __enter__(self) -> None:
-        self._t0 = time.perf_counter_ns()
+        self._starts.append(_now_ns())
 
-    def __exit__(self, *exc: object) -> None:
-        end = time.perf_counter_ns()
-        self._owner._record(self._name, end - self._t0, end)
+    def __exit__(self, et: object, ev: object, tb: object) -> None:
+        end = _now_ns()
+        took = end - self._starts.pop()
+        owner = self._owner
+        samples = owner._durations.get(self._name)  # inlined: this is the hot path
+        if samples is not None and len(samples) < MAX_SAMPLES:
+            samples.append(took)
+        else:
+            owner._record_sample(self._name, took)
+        if end >= owner._next_report:
+            owner._due(end)
 
 
 class _CudaSection:
@@ -126,6 +139,7 @@ class StragglerTimer:
         self.enabled = interval_s > 0
         self._interval_ns = int(interval_s * 1e9) if self.enabled else 0
         self._durations: dict[str, list[int]] = {}
+        self._cpu: dict[str, _CpuSection] = {}  # reused section objects, per name
         self._pending: list[tuple[str, Any, Any]] = []  # CUDA events not yet read
         self._cuda: Any = None  # torch.cuda while the timer is "cuda"
         self.timer = self._choose() if self.enabled else "off"
@@ -139,7 +153,12 @@ class StragglerTimer:
             return _NULL
         if self.timer == "cuda":
             return _CudaSection(self, name)
-        return _CpuSection(self, name)
+        sec = self._cpu.get(name)
+        if sec is None:
+            if len(self._cpu) >= MAX_SECTIONS:
+                return _NULL  # names beyond the limit are not timed
+            sec = self._cpu[name] = _CpuSection(self, name)
+        return sec
 
     # ------------------------------------------------------------------ internals
     def _choose(self) -> str:
@@ -147,11 +166,6 @@ class StragglerTimer:
         mods = sys.modules if self._modules is None else self._modules
         self._cuda = mods["torch"].cuda if timer == "cuda" else None
         return timer
-
-    def _record(self, name: str, duration_ns: int, now_ns: int) -> None:
-        self._record_sample(name, duration_ns)
-        if now_ns >= self._next_report:
-            self._due(now_ns)
 
     def _maybe_report(self, now_ns: int) -> None:
         if now_ns >= self._next_report:

@@ -257,3 +257,13 @@ def test_cuda_timing_reads_the_events_at_report_time_only() -> None:
     [f] = sent
     assert f["tm"] == "cuda" and f["sec"]["fwd"] == [3, 4_000_000, 4_000_000, 12_000_000]
     assert t._pending == []
+
+
+def test_nested_sections_of_one_name_are_each_timed() -> None:
+    sent: list[dict[str, Any]] = []
+    t = StragglerTimer(lambda kind, **f: sent.append(f), interval_s=3600.0)
+    with t.section("a"), t.section("a"):
+        pass
+    t.report()
+    count, median, low, total = sent[0]["sec"]["a"]
+    assert count == 2 and low <= median and total >= 2 * low
