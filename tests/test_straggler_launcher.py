@@ -101,3 +101,42 @@ def test_bad_straggler_options_are_one_line_errors(tmp_path: Path) -> None:
         assert not (tmp_path / "logs" / "bad").exists() or not list(
             (tmp_path / "logs" / "bad").glob("cycle_*.log")
         )
+
+
+def test_a_straggler_that_becomes_a_hang_is_the_stored_verdicts_suspect(tmp_path: Path) -> None:
+    """Launcher facts -> embedded restart agent -> SQLite history, all real: the slow rank
+    is named, then hangs; the others wait for it in the all_reduce. The hang ends the cycle
+    and the verdict blames the straggler (rank_source straggler), with its scores stored."""
+    import storage
+
+    args = _args(
+        tmp_path,
+        "hang",
+        "--ft-straggler-report-interval",
+        "0.6",
+        "--ft-heartbeat-timeout",
+        "4",
+        "--max-restarts",
+        "0",
+    )
+    args[args.index("--ft-attribution-endpoint") + 1] = "embedded"
+    db = tmp_path / "home" / "relaunch.db"
+    args += ["--ft-db-url", f"sqlite:///{db}"]
+    worker = [str(WORKER), "--reports", "100", "--slow-rank", "2", "--hang-after", "3"]
+    r = run_relaunch(tmp_path, args + worker, timeout=300)
+    assert r.returncode in (1, 3), r.stderr[-3000:]
+    log = read_log(tmp_path, "hang", 0)
+    assert "hang detected" in log
+    assert {f["rank"] for f in _facts(log, "straggler")} == {2}
+    repo = storage.open_repository(f"sqlite:///{db}")
+    try:
+        rec = repo.get_cycle("hang", 0)
+        assert rec is not None and rec.verdict is not None, r.stderr[-3000:]
+        primary = rec.verdict["primary"]
+        assert primary["failure_class"] == "hang_detected"
+        assert (primary["rank"], primary["rank_source"]) == (2, "straggler")
+        [(cycle, kept)] = repo.stragglers("hang")
+        assert cycle == 0 and kept["suspect_rank"] == 2 and kept["persistent"] == [2]
+        assert rec.verdict["decision"] == "RESTART"  # blame only: the decision is the policy's
+    finally:
+        repo.close()
