@@ -246,11 +246,11 @@ class RelaunchAgent(LocalElasticAgent):
     def _end_cycle(self, outcome: str) -> None:
         """Close the cycle log; a failed cycle's analysis is requested (never awaited)."""
         self._heartbeats.sync()  # progress reports already sent belong in this log
+        scores = self._stragglers.end_cycle()  # outside the lock: may wait for the store
         with self._state_lock:
             st = self._state
             if st is None or st.ended:
                 return
-            scores = self._stragglers.end_cycle()
             if scores is not None:
                 st.log.event(scores)
             st.log.event(
@@ -317,7 +317,11 @@ class RelaunchAgent(LocalElasticAgent):
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
         ranks = [w.global_rank for w in worker_group.workers]
-        self._stragglers.start_cycle(st.cycle, st.node, ranks, os.environ)
+        multi = self.settings.max_nodes > 1  # several nodes: scores through the store
+        self._stragglers.start_cycle(
+            st.cycle, st.node, ranks, os.environ,
+            store=worker_group.store if multi else None, nodes=worker_group.group_world_size,
+        )  # fmt: skip
         pids = super()._start_workers(worker_group)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)

@@ -18,8 +18,10 @@ below `threshold` (relative) in `min_reports` consecutive reports is a straggler
 scorer writes a `straggler` fact when it first gets there and again each time the run of
 reports doubles (2, 4, 8, ...); at the cycle's end, one `straggler_scores` fact sums up
 every rank (last and lowest relative score, longest run below the threshold). Medians and
-the consecutive-reports rule keep ordinary jitter from naming a rank. Scores are per node:
-ranks of different nodes are not compared (docs/straggler.md).
+the consecutive-reports rule keep ordinary jitter from naming a rank. On one node the
+scores compare the node's ranks; with several nodes each node's reports go through the
+rendezvous store (`launcher.straggler_exchange`), the ranks of all nodes are scored
+together and each node names its own ranks (docs/straggler.md).
 """
 
 from __future__ import annotations
@@ -31,12 +33,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.straggler_exchange import ExchangeThread, StoreExchange
+
 FACT_PREFIX = "fact: "  # the cycle log adds "[relaunch] "
 MIN_REPORTS = 2  # consecutive reports below the threshold that name a straggler
 STALE_AFTER = (
     2  # a report is scored without the ranks still missing once another rank is this far ahead
 )
 MAX_RANKS = 4096
+EXCHANGE_WAIT_S = 30.0  # longest a report waits for the other nodes' (multi-node)
+END_WAIT_S = 2.0  # longest the end of a cycle waits for reports still in the store
 MAX_SECTIONS = 64
 
 
@@ -149,6 +155,7 @@ class StragglerScorer:
         threshold: float,
         emit: Callable[[str], None],
         min_reports: int = MIN_REPORTS,
+        exchange: StoreExchange | None = None,
     ) -> None:
         self.cycle = cycle
         self.node = node
@@ -163,6 +170,9 @@ class StragglerScorer:
         self._tracks: dict[int, _RankTrack] = {}
         self.reports = 0  # reports scored
         self.facts: list[str] = []
+        self._closed = False
+        # several nodes: each local report goes through the store first (its own thread)
+        self._exchange = ExchangeThread(exchange, self._score_merged) if exchange else None
 
     def add(self, rank: int, n: int, sec: Any) -> list[str]:
         """Take rank's n-th summary; returns (and emits) the straggler facts it led to."""
@@ -192,10 +202,34 @@ class StragglerScorer:
         while self._ready(self._next):
             summaries = self._pending.pop(self._next, {})
             self._next += 1
+            if self._exchange is not None:
+                self._exchange.submit(self._next - 1, summaries)
+                continue  # scored with the other nodes' ranks by _score_merged
             if len(summaries) < 2:
                 continue  # nothing to compare: not a report
             lines += self._score(summaries)
         return lines
+
+    def _score_merged(self, n: int, summaries: dict[int, dict[str, float]]) -> None:
+        """Report n with every node's ranks (the exchange thread calls it, in order)."""
+        with self._lock:
+            if self._closed or len(summaries) < 2:
+                return
+            lines = self._score(summaries)
+            self.facts.extend(lines)
+        for line in lines:
+            self._emit(line)
+
+    def _mine(self, rank: int) -> bool:
+        """Facts name this node's ranks only (other nodes name theirs)."""
+        return self._exchange is None or rank in self.expected
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the exchange (reports still in flight after `timeout` s are dropped)."""
+        if self._exchange is not None:
+            self._exchange.close(timeout)
+        with self._lock:
+            self._closed = True
 
     def _score(self, summaries: dict[int, dict[str, float]]) -> list[str]:
         self.reports += 1
@@ -217,7 +251,8 @@ class StragglerScorer:
                 track.below += 1
                 track.longest = max(track.longest, track.below)
                 k = track.below
-                if k == self.min_reports or (k > self.min_reports and k & (k - 1) == 0):
+                named = k == self.min_reports or (k > self.min_reports and k & (k - 1) == 0)
+                if named and self._mine(rank):
                     lines.append(self._straggler_fact(score, k))
             else:
                 track.below = 0
@@ -244,7 +279,7 @@ class StragglerScorer:
                 return None
             ranks = {}
             for rank, t in sorted(self._tracks.items()):
-                if t.last is None:
+                if t.last is None or not self._mine(rank):
                     continue
                 ranks[str(rank)] = {
                     "relative": round(t.last.relative, 3),
@@ -279,15 +314,29 @@ class StragglerReports:
         self.scorer: StragglerScorer | None = None
 
     def start_cycle(
-        self, cycle: int, node: int | str | None, ranks: Iterable[int], environ: Any
+        self,
+        cycle: int,
+        node: int | str | None,
+        ranks: Iterable[int],
+        environ: Any,
+        store: Any = None,
+        nodes: int = 1,
     ) -> None:
+        """`store`, `nodes`: the round's rendezvous store and node count; with more than one
+        node and a store, ranks of every node are scored together (`node` is the index)."""
         from launcher.straggler_worker import ENV_INTERVAL
 
         environ[ENV_INTERVAL] = f"{self.interval_s:g}"
         if self.interval_s <= 0:
             self.scorer = None
             return
-        self.scorer = StragglerScorer(cycle, node, ranks, self.threshold, self._emit)
+        exchange = None
+        if store is not None and nodes > 1 and isinstance(node, int):
+            wait_s = min(2 * self.interval_s, EXCHANGE_WAIT_S)
+            exchange = StoreExchange(store, cycle, node, nodes, wait_s)
+        self.scorer = StragglerScorer(
+            cycle, node, ranks, self.threshold, self._emit, exchange=exchange
+        )
 
     def on_message(self, cycle: int, rank: int, msg: Mapping[str, Any]) -> None:
         scorer = self.scorer
@@ -300,5 +349,10 @@ class StragglerReports:
             return
 
     def end_cycle(self) -> str | None:
+        """Stop the cycle's scorer; its `straggler_scores` fact. May wait up to
+        END_WAIT_S for reports still going through the store: call it without locks."""
         scorer, self.scorer = self.scorer, None
-        return scorer.summary_fact() if scorer is not None else None
+        if scorer is None:
+            return None
+        scorer.close(END_WAIT_S)
+        return scorer.summary_fact()

@@ -141,3 +141,51 @@ def test_a_straggler_that_becomes_a_hang_is_the_stored_verdicts_suspect(tmp_path
         assert rec.verdict["decision"] == "RESTART"  # blame only: the decision is the policy's
     finally:
         repo.close()
+
+
+def test_two_nodes_compare_their_ranks_through_the_rendezvous_store(tmp_path: Path) -> None:
+    """Two launchers on this machine, one rank each: a node alone has nothing to compare, so
+    naming the slow rank needs the other node's reports (through the c10d store). Only the
+    slow rank's own node names it, in its own cycle log."""
+    import re
+    import socket
+    import subprocess
+    import sys
+
+    from tests._launcher_helpers import relaunch_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = [
+        sys.executable, "-m", "relaunch_cli", "run",
+        "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
+        "--log-dir", str(tmp_path / "logs"), "--job-id", "two",
+        "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
+        "--ft-straggler-report-interval", "0.6",
+        str(WORKER), "--reports", "4", "--slow-rank", "1",
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    named: dict[int, list[dict]] = {}
+    slow_node = None
+    for k in (0, 1):
+        text = (tmp_path / "logs" / "two" / f"cycle_0.node{k}.log").read_text()
+        if re.search(r"^\[rank1\]: ", text, re.M):
+            slow_node = k
+        named[k] = _facts(text, "straggler")
+        [scores] = _facts(text, "straggler_scores")
+        assert scores["node"] == k and scores["reports"] >= 4
+        assert len(scores["ranks"]) == 1  # each node sums up its own rank
+    assert slow_node is not None
+    assert named[1 - slow_node] == []
+    first = named[slow_node][0]
+    assert (first["rank"], first["node"], first["reports"]) == (1, slow_node, 2)
+    assert first["report"] <= 2 and first["relative"] < 0.7
