@@ -151,6 +151,8 @@ class StragglerTimer:
         """A context manager that times the section `name` (a no-op when off)."""
         if not self.enabled:
             return _NULL
+        if name.__class__ is not str:
+            name = str(name)  # summaries are JSON: section names are strings
         if self.timer == "cuda":
             return _CudaSection(self, name)
         sec = self._cpu.get(name)

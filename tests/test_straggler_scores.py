@@ -267,3 +267,15 @@ def test_nested_sections_of_one_name_are_each_timed() -> None:
     t.report()
     count, median, low, total = sent[0]["sec"]["a"]
     assert count == 2 and low <= median and total >= 2 * low
+
+
+def test_section_names_that_are_not_strings_are_sent_as_strings() -> None:
+    sent: list[dict[str, Any]] = []
+    t = StragglerTimer(lambda kind, **f: sent.append(f), interval_s=3600.0)
+    with t.section(("layer", 3)):  # type: ignore[arg-type]
+        pass
+    with t.section(7):  # type: ignore[arg-type]
+        pass
+    t.report()
+    json.dumps(sent[0])
+    assert set(sent[0]["sec"]) == {"('layer', 3)", "7"}
