@@ -221,18 +221,43 @@ def stalled_allreduce_job(
 # ----------------------------------------------------------------------------- real gloo job
 
 GLOO_WORKER = r"""
-import datetime, json, os, pickle, sys, threading, time
+import datetime, json, linecache, os, pickle, sys, threading, time
 import torch
 import torch.distributed as dist
 
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-hang_rank, dump_after = int(sys.argv[5]), float(sys.argv[6])
+hang_rank, guard = int(sys.argv[5]), float(sys.argv[6])
 json_ranks = {int(x) for x in sys.argv[7].split(",") if x}
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+# The group timeout must never fire before the dumps (a timed-out op is retired and would
+# read as completed); the dump waits for no fixed time, so it only has to outlast the guard.
 dist.init_process_group("gloo", rank=rank, world_size=world,
-                        timeout=datetime.timedelta(seconds=dump_after + 6))
+                        timeout=datetime.timedelta(seconds=guard + 60))
 pairs = [dist.new_group([r, r + 1], group_desc=f"pair{r}") for r in range(0, world, 2)]
 mine = pairs[rank // 2]
+deadline = time.monotonic() + guard  # hang guard only: no outcome waits on it
+phase = "setup"  # set by the main thread just before each final call
+final = "hang" if rank == hang_rank else "pair" if rank == hang_rank ^ 1 else "world"
+
+def fail(why):
+    sys.stderr.write(f"rank {rank}: {why}\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+def in_final_call(main_id):
+    # Read phase BEFORE the frame snapshot: if it already names the final call then, the
+    # snapshot was taken after the main thread set it, so the frame is in that final call.
+    if phase != final:
+        return False
+    f = sys._current_frames().get(main_id)
+    if f is None:
+        return False
+    if final == "hang":  # module level, in the endless sleep: no collective follows
+        return f.f_code.co_name == "<module>"
+    code = f.f_code
+    return (code.co_name == "all_reduce"
+            and os.path.basename(code.co_filename) == "distributed_c10d.py"
+            and linecache.getline(code.co_filename, f.f_lineno).strip() == "work.wait()")
 
 def pg_config():
     cfg = {}
@@ -243,42 +268,64 @@ def pg_config():
         cfg[pg.group_name] = {"name": pg.group_name, "desc": desc, "ranks": json.dumps(ranks)}
     return cfg
 
-def dump():
-    # Only the first dump of a gloo process is faithful: a second call reports the pending
-    # op as completed. So each rank dumps once, in one form (pickle, or JSON for json_ranks).
+def read_fr():
     fr = torch._C._distributed_c10d
     if rank in json_ranks:
         js = fr._dump_fr_trace_json()
-        j = json.loads(js.decode() if isinstance(js, bytes) else js)
-        j["pg_config"] = pg_config()  # gloo writes an empty pg_config
+        return json.loads(js.decode() if isinstance(js, bytes) else js)
+    return pickle.loads(fr._dump_fr_trace())  # our own process's dump: trusted
+
+def settled(d):
+    # gloo's worker wakes the caller first and retires the op (and bumps pg_status) after,
+    # so a dump taken at once may still show a finished op as pending. Settled: every
+    # entry is retired except the final op the main thread is blocked in (none if hung).
+    pending = [e for e in d["entries"] if not e["retired"]]
+    if final == "hang":
+        return not pending
+    return len(pending) == 1 and pending[0] is d["entries"][-1]
+
+def dump(main_id):
+    while not in_final_call(main_id):
+        if time.monotonic() > deadline:
+            fail(f"never blocked in its final call ({final}); phase {phase}")
+        time.sleep(0.01)
+    d = read_fr()
+    while not settled(d):  # reading the buffer changes nothing in it (checked on torch 2.13)
+        if time.monotonic() > deadline:
+            fail("earlier ops never retired")
+        time.sleep(0.01)
+        d = read_fr()
+    d["pg_config"] = pg_config()  # gloo writes an empty pg_config
+    if rank in json_ranks:
         with open(os.path.join(out, f"_dump_{rank}.json"), "w") as fh:
-            json.dump(j, fh)
+            json.dump(d, fh)
     else:
-        d = pickle.loads(fr._dump_fr_trace())  # our own process's dump: trusted
-        d["pg_config"] = pg_config()
         with open(os.path.join(out, f"_dump_{rank}"), "wb") as fh:
             pickle.dump(d, fh, protocol=2)
     sync = os.path.join(out, "..", os.path.basename(out) + ".sync")
     os.makedirs(sync, exist_ok=True)
     open(os.path.join(sync, f"done.{rank}"), "w").close()
-    deadline = time.monotonic() + 20  # exit only when every rank has dumped
-    while time.monotonic() < deadline:
-        if all(os.path.exists(os.path.join(sync, f"done.{r}")) for r in range(world)):
-            break
+    while not all(os.path.exists(os.path.join(sync, f"done.{r}")) for r in range(world)):
+        if time.monotonic() > deadline:  # exit only when every rank has dumped
+            fail("not every rank dumped")
         time.sleep(0.05)
     os._exit(0)
 
+threading.Thread(target=dump, args=(threading.main_thread().ident,), daemon=True).start()
 t = torch.ones(8)
 for _ in range(3):
     dist.all_reduce(t)
 dist.all_reduce(t, group=mine)
 dist.barrier()
-threading.Timer(dump_after, dump).start()
 if rank == hang_rank:
-    time.sleep(dump_after + 30)  # hangs: never calls the collective its pair waits in
+    phase = "hang"
+    while True:  # hangs: never calls the collective its pair waits in
+        time.sleep(3600)
+phase = "pair"
 dist.all_reduce(torch.ones(2, 3), group=mine)
+phase = "world"
 dist.all_reduce(torch.ones(5))
-time.sleep(dump_after + 30)
+fail("the world all_reduce returned")
 """
 
 
@@ -287,15 +334,20 @@ def run_gloo_job(
     world: int,
     hang_rank: int,
     port: int,
-    dump_after: float = 3.0,
+    guard: float = 120.0,
     json_ranks: Sequence[int] = (),
 ) -> list[str]:
-    """Run a real `world`-rank gloo job where `hang_rank` never enters its pair's all_reduce;
-    every rank dumps its Flight Recorder buffer from a timer while the others wait (ranks in
-    `json_ranks` in the JSON form). Returns each rank's stderr tail (for failure messages)."""
+    """Run a real `world`-rank gloo job where `hang_rank` never enters its pair's all_reduce.
+    Each rank dumps its Flight Recorder buffer (ranks in `json_ranks` in the JSON form) from a
+    watcher thread once its main thread is provably in its final call: the hung rank in its
+    sleep, its pair partner blocked in the pair all_reduce, the others in the world
+    all_reduce; and once gloo has retired every earlier op. No step waits a fixed time;
+    `guard` seconds only bound a hang. Returns each rank's stderr tail (for failure
+    messages)."""
     import os
     import subprocess
     import sys
+    import time
 
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="2000", OMP_NUM_THREADS="1")
@@ -310,19 +362,20 @@ def run_gloo_job(
                 str(port),
                 str(out),
                 str(hang_rank),
-                str(dump_after),
+                str(guard),
                 ",".join(map(str, json_ranks)),
             ],
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         for r in range(world)
     ]
+    end = time.monotonic() + guard + 60
     tails = []
     for p in procs:
         try:
-            _, err = p.communicate(timeout=dump_after + 60)
+            _, err = p.communicate(timeout=max(1.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()

@@ -27,9 +27,7 @@ def gloo_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this torch build has no gloo backend")
     out = tmp_path_factory.mktemp("gloo") / "dumps"
-    tails = run_gloo_job(
-        out, world=4, hang_rank=3, port=_free_port(), dump_after=2.0, json_ranks=[0, 2]
-    )
+    tails = run_gloo_job(out, world=4, hang_rank=3, port=_free_port(), json_ranks=[0, 2])
     if len(list(out.glob("_dump_*"))) != 4:
         pytest.fail("workers wrote no dumps; stderr tails:\n" + "\n---\n".join(tails))
     return out
