@@ -37,6 +37,9 @@ ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_ag
 # frames, launcher facts, torch elastic's exit reports. The scanner's line gate
 # (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
 READS = ("Traceback (most recent call last):", 'File "', FACT_PREFIX, *ELASTIC_WORDS)
+_FRAME_BYTES = b'File "'
+_ELASTIC_BYTES = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
+MAX_HEADS = 1 << 12  # distinct frame-line heads remembered by frame()
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
@@ -75,12 +78,58 @@ class LineInterpreter:
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
     _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
     _selector: RowSelector | None = None
+    # frame(): what the part of a frame line before `File "` says (see there)
+    _heads: dict[bytes, tuple[int | None, int] | None] = field(default_factory=dict)
     facts: FactCollector = field(default_factory=FactCollector)
     elastic: ElasticReader = field(default_factory=ElasticReader)
 
     def extras(self) -> dict[str, Any]:
         """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
         return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
+
+    def frame(self, raw: bytes, lineno: int) -> bool:
+        """`line(raw, lineno)` for a traceback frame line, without re-parsing its prefix.
+
+        `prefixes.split_prefix` decides the rank and where the body starts from the part of
+        the line before `File "` (the head) and at most the few characters after it, which
+        are `File "` on every such line (a launcher line's `rank=N`, searched in the whole
+        line, is left to `line()`). What the head said is remembered (bounded);
+        the line is then appended to its rank's traceback exactly as `line()` would. False
+        (nothing done) for lines `line()` treats otherwise or may rewrite: a NUL or CR, a
+        word of torch elastic's reports, a non-ASCII head, a body not starting with it.
+        """
+        i = raw.find(_FRAME_BYTES)
+        if i < 0 or b"\x00" in raw or b"\r" in raw or _ELASTIC_BYTES.search(raw):
+            return False
+        head = raw[:i]
+        got = self._heads.get(head, False)
+        if got is False:
+            got = None
+            if head.isascii():
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                split = split_prefix(text)
+                start = len(text) - len(split.body)
+                ok = not split.launcher and not text.startswith(FACT_PREFIX)
+                if ok and not text[start:i].strip():
+                    got = (split.rank, start)
+            if len(self._heads) >= MAX_HEADS:
+                self._heads.clear()
+            self._heads[head] = got
+        if got is None:
+            return False
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if text.startswith(FACT_PREFIX):
+            return False
+        key, start = got
+        body = text[start:].strip()
+        frames = self._tb.get(key)
+        if frames is None:
+            self._tb[key] = [(lineno, body[:MAX_TEXT])]
+        else:
+            frames.append((lineno, body[:MAX_TEXT]))
+            if len(frames) > MAX_FRAMES + 1:
+                del frames[1:2]
+        return True
 
     def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
@@ -134,45 +183,11 @@ class LineInterpreter:
                 if rm:
                     rank, source = int(rm.group(1)), "message"
             node = groups.get("node")
-            context: list[dict[str, object]] = []
-            user_frame = None
-            recoverability = row.recoverability
             frames = self._tb.pop(key, None)
-            if frames is not None:
-                context = [{"line": n, "text": t} for n, t in frames]
-                fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
-                if taxonomy().validates_config(row.id, fns):
-                    recoverability = "config"
-                for _, t in reversed(frames):
-                    fm = _FRAME.match(t)
-                    if fm and is_user_frame(fm.group("path")):
-                        user_frame = f"{fm.group('path')}:{fm.group('line')}"
-                        break
-            hint = groups.get("entity")
-            entity = hint.strip() if hint else None
-            if entity is None:
-                quoted = entity_of(body)
-                entity = (
-                    quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
-                )
-                entity = entity or user_frame
-            ev = Evidence(
-                line=lineno,
-                rank=rank,
-                pattern_id=row.id,
-                failure_class=row.failure_class,
-                domain=row.domain,  # type: ignore[arg-type]
-                role=row.role,  # type: ignore[arg-type]
-                recoverability=recoverability,
-                text=body[:MAX_TEXT],
-                fingerprint=fingerprint(row.failure_class, msg),
-                entity=entity,
-                node=node,
-                context=context,
-                user_frame=user_frame,
-                rank_source=source,
-            )
-            self._record(ev)
+            fp = fingerprint(row.failure_class, msg)
+            if not self._count(row, rank, fp, node, lineno, body):
+                return  # counted; the evidence itself is not kept (same rank, same message)
+            self._keep(self._evidence(row, body, lineno, rank, source, fp, node, groups, frames))
             return
 
     def _rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
@@ -181,37 +196,93 @@ class LineInterpreter:
             self._selector = RowSelector(self.registry)
         return self._selector.rows_for(body, hints)
 
-    def _record(self, ev: Evidence) -> None:
-        if ev.node:
-            self.nodes.add(ev.node)
-        if ev.role == "root":
+    def _evidence(
+        self,
+        row: PatternRow,
+        body: str,
+        lineno: int,
+        rank: int | None,
+        source: str | None,
+        fp: str,
+        node: str | None,
+        groups: dict[str, str | None],
+        frames: list[tuple[int, str]] | None,
+    ) -> Evidence:
+        """The evidence of a matched line (built only for evidence that is kept)."""
+        context: list[dict[str, object]] = []
+        user_frame = None
+        recoverability = row.recoverability
+        if frames is not None:
+            context = [{"line": n, "text": t} for n, t in frames]
+            fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
+            if taxonomy().validates_config(row.id, fns):
+                recoverability = "config"
+            for _, t in reversed(frames):
+                fm = _FRAME.match(t)
+                if fm and is_user_frame(fm.group("path")):
+                    user_frame = f"{fm.group('path')}:{fm.group('line')}"
+                    break
+        hint = groups.get("entity")
+        entity = hint.strip() if hint else None
+        if entity is None:
+            quoted = entity_of(body)
+            entity = quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
+            entity = entity or user_frame
+        return Evidence(
+            line=lineno,
+            rank=rank,
+            pattern_id=row.id,
+            failure_class=row.failure_class,
+            domain=row.domain,  # type: ignore[arg-type]
+            role=row.role,  # type: ignore[arg-type]
+            recoverability=recoverability,
+            text=body[:MAX_TEXT],
+            fingerprint=fp,
+            entity=entity,
+            node=node,
+            context=context,
+            user_frame=user_frame,
+            rank_source=source,
+        )
+
+    def _count(
+        self, row: PatternRow, rank: int | None, fp: str, node: str | None, lineno: int, body: str
+    ) -> bool:
+        """Count one matched line; True when its evidence is to be kept (`_keep`)."""
+        if node:
+            self.nodes.add(node)
+        role = row.role
+        if role == "root":
             self.root_count += 1
-            if ev.rank is not None:
-                self.failed_ranks.add(ev.rank)
-            k = (ev.rank, ev.fingerprint)
-            if k not in self._root_keys and len(self.roots) < MAX_ROOTS:
-                self._root_keys.add(k)
-                self.roots.append(ev)
-            return
-        if ev.role in ("cascade", "teardown"):
-            if ev.rank is not None and ev.role == "cascade":
-                self.failed_ranks.add(ev.rank)
-            if ev.role == "teardown" and self.first_teardown_line is None:
-                self.first_teardown_line = ev.line
-            g = self._groups.get((ev.failure_class, ev.role))
+            if rank is not None:
+                self.failed_ranks.add(rank)
+            return (rank, fp) not in self._root_keys and len(self.roots) < MAX_ROOTS
+        if role in ("cascade", "teardown"):
+            fc = row.failure_class
+            if rank is not None and role == "cascade":
+                self.failed_ranks.add(rank)
+            if role == "teardown" and self.first_teardown_line is None:
+                self.first_teardown_line = lineno
+            g = self._groups.get((fc, role))
             if g is None:
-                g = self._groups[(ev.failure_class, ev.role)] = _Group(
-                    ev.failure_class, ev.role, 0, set(), ev.line, ev.text
-                )
+                g = self._groups[(fc, role)] = _Group(fc, role, 0, set(), lineno, body[:MAX_TEXT])
             g.count += 1
-            if ev.rank is not None:
-                g.ranks.add(ev.rank)
-            ck = (ev.failure_class, ev.rank)
-            if ck not in self._cascade_keys and len(self.cascade_evidence) < MAX_CASCADE_EVIDENCE:
-                self._cascade_keys.add(ck)
-                self.cascade_evidence.append(ev)
-            return
-        if len(self.diagnostics) < MAX_DIAGNOSTICS:
+            if rank is not None:
+                g.ranks.add(rank)
+            return (fc, rank) not in self._cascade_keys and (
+                len(self.cascade_evidence) < MAX_CASCADE_EVIDENCE
+            )
+        return len(self.diagnostics) < MAX_DIAGNOSTICS
+
+    def _keep(self, ev: Evidence) -> None:
+        """Keep the evidence `_count` chose."""
+        if ev.role == "root":
+            self._root_keys.add((ev.rank, ev.fingerprint))
+            self.roots.append(ev)
+        elif ev.role in ("cascade", "teardown"):
+            self._cascade_keys.add((ev.failure_class, ev.rank))
+            self.cascade_evidence.append(ev)
+        else:
             self.diagnostics.append(ev)
 
     def cascades(self) -> list[CascadeGroup]:

@@ -1,4 +1,4 @@
-"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
+r"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
 
 - `RowSelector.rows_for(body, hints)`: the pattern rows worth trying on a line, exactly as
   `LineInterpreter._rows_for` defined them (a row is tried if one of its triggers is in the
@@ -8,7 +8,11 @@
   NULs) plus, for the few literals with digits (`Signal 9`), whether each is present. The
   same message from 1,024 ranks with different numbers costs one dict lookup.
 - `fingerprint(failure_class, message)`: `restart_agent.fingerprint.fingerprint`, memoised
-  (the same message on every rank is normalised once).
+  under the message with every ASCII digit but 0 replaced by `1`. That is exact: the masks
+  of `fingerprint.normalize` treat digits alike (`\d`, `\w`, `[0-9a-f]`; the only literal
+  digit is the 0 of `0x`, kept) and every digit ends inside a masked token, so the
+  normalised text stays the same (`tests/test_agent_speed.py` checks it). The same
+  message from 1,024 ranks with different numbers is normalised once.
 
 Both caches are bounded: when full they start afresh.
 """
@@ -21,6 +25,7 @@ from restart_agent.registry import PatternRow, Registry
 MAX_CACHE = 1 << 14
 MAX_KEY = 1024  # longer lines and messages are not cached (bounds the memory: ~40 MB)
 _NUL = bytes.maketrans(b"0123456789", b"\x00" * 10)
+_ONES = bytes.maketrans(b"23456789", b"11111111")  # 0 stays: `0x` is a literal of a mask
 
 
 class RowSelector:
@@ -75,10 +80,13 @@ def fingerprint(failure_class: str, message: str) -> str:
     """`restart_agent.fingerprint.fingerprint`, memoised."""
     if len(message) > MAX_KEY:
         return _fp.fingerprint(failure_class, message)
-    key = (failure_class, message)
+    masked = (
+        message.encode("utf-8", "surrogatepass").translate(_ONES).decode("utf-8", "surrogatepass")
+    )
+    key = (failure_class, masked)
     got = _FINGERPRINTS.get(key)
     if got is None:
-        got = _fp.fingerprint(failure_class, message)
+        got = _fp.fingerprint(failure_class, masked)
         if len(_FINGERPRINTS) >= MAX_CACHE:
             _FINGERPRINTS.clear()
         _FINGERPRINTS[key] = got

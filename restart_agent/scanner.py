@@ -178,6 +178,7 @@ class LogScanner:
         pos, count = 0, 0  # newlines before `pos`
         if starts:
             line = self._interp.line
+            frame = self._interp.frame
             skip = self._gate.skip
             for s in sorted(starts):
                 end = region.find(b"\n", s)
@@ -190,7 +191,14 @@ class LogScanner:
                         continue
                 else:
                     found = starts[s]
-                    if _FRAME not in found and skip(raw):  # frames are context: never skipped
+                    if _FRAME in found:  # frames are context: never skipped
+                        count += region.count(b"\n", pos, s)
+                        pos = s
+                        if frame(raw, base + count):
+                            continue
+                        line(raw, base + count, {t.decode() for t in found})
+                        continue
+                    if skip(raw):
                         continue
                     hints = {t.decode() for t in found}
                 count += region.count(b"\n", pos, s)
