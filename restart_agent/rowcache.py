@@ -8,10 +8,11 @@ r"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
   NULs) plus, for the few literals with digits (`Signal 9`), whether each is present. The
   same message from 1,024 ranks with different numbers costs one dict lookup.
 - `fingerprint(failure_class, message)`: `restart_agent.fingerprint.fingerprint`, memoised
-  under the message with every ASCII digit but 0 replaced by `1`. That is exact: the masks
-  of `fingerprint.normalize` treat digits alike (`\d`, `\w`, `[0-9a-f]`; the only literal
-  digit is the 0 of `0x`, kept) and every digit ends inside a masked token, so the
-  normalised text stays the same (`tests/test_agent_speed.py` checks it). The same
+  under the message with every ASCII digit replaced by `1` (0 kept where the message holds
+  `0x`). That is exact: the masks of `fingerprint.normalize` treat digits alike (`\d`,
+  `\w`, `[0-9a-f]`; the only literal digit is the 0 of `\b0x`, which cannot match without
+  a `0x` in the message) and every digit ends inside a masked token, so the normalised
+  text stays the same (`tests/test_agent_speed.py` checks it). The same
   message from 1,024 ranks with different numbers is normalised once.
 
 Both caches are bounded: when full they start afresh.
@@ -25,6 +26,7 @@ from restart_agent.registry import PatternRow, Registry
 MAX_CACHE = 1 << 14
 MAX_KEY = 1024  # longer lines and messages are not cached (bounds the memory: ~40 MB)
 _NUL = bytes.maketrans(b"0123456789", b"\x00" * 10)
+_ALL_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _ONES = bytes.maketrans(b"23456789", b"11111111")  # 0 stays: `0x` is a literal of a mask
 
 
@@ -80,9 +82,8 @@ def fingerprint(failure_class: str, message: str) -> str:
     """`restart_agent.fingerprint.fingerprint`, memoised."""
     if len(message) > MAX_KEY:
         return _fp.fingerprint(failure_class, message)
-    masked = (
-        message.encode("utf-8", "surrogatepass").translate(_ONES).decode("utf-8", "surrogatepass")
-    )
+    raw = message.encode("utf-8", "surrogatepass")
+    masked = raw.translate(_ONES if b"0x" in raw else _ALL_ONES).decode("utf-8", "surrogatepass")
     key = (failure_class, masked)
     got = _FINGERPRINTS.get(key)
     if got is None:
