@@ -38,7 +38,9 @@ ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_ag
 # (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
 READS = ("Traceback (most recent call last):", 'File "', FACT_PREFIX, *ELASTIC_WORDS)
 _FRAME_BYTES = b'File "'
-_ELASTIC_BYTES = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
+# frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
+_FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
+_LAZY_FRAME = 1000  # frame(): bytes of a frame kept undecoded (longer lines go to line())
 MAX_HEADS = 1 << 12  # distinct frame-line heads remembered by frame()
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
@@ -46,6 +48,12 @@ _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
 # srun --label's own report of a task (= global rank under srun) that died
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
+
+
+def _frame_text(t: str | bytes) -> str:
+    """A frame's text: as `line()` keeps it, from the bytes `frame()` kept (from `File "`
+    on; the ASCII head before it decodes on its own, so the rest decodes the same)."""
+    return t if isinstance(t, str) else t.decode("utf-8", "replace").rstrip()[:MAX_TEXT]
 
 
 def is_user_frame(path: str) -> bool:
@@ -76,7 +84,8 @@ class LineInterpreter:
     _groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
-    _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
+    # traceback frames per rank: (line, text), the text as bytes from frame() (`_frame_text`)
+    _tb: dict[int | None, list[tuple[int, str | bytes]]] = field(default_factory=dict)
     _selector: RowSelector | None = None
     # frame(): what the part of a frame line before `File "` says (see there)
     _heads: dict[bytes, tuple[int | None, int] | None] = field(default_factory=dict)
@@ -93,13 +102,16 @@ class LineInterpreter:
         `prefixes.split_prefix` decides the rank and where the body starts from the part of
         the line before `File "` (the head) and at most the few characters after it, which
         are `File "` on every such line (a launcher line's `rank=N`, searched in the whole
-        line, is left to `line()`). What the head said is remembered (bounded);
-        the line is then appended to its rank's traceback exactly as `line()` would. False
+        line, is left to `line()`); whether the line is a launcher fact is decided by the
+        head too (the fact prefix holds no `File "`). What the head said is remembered
+        (bounded); the line's bytes from `File "` on are appended to its rank's traceback,
+        decoded only if they become the context of kept evidence (`_frame_text`). False
         (nothing done) for lines `line()` treats otherwise or may rewrite: a NUL or CR, a
-        word of torch elastic's reports, a non-ASCII head, a body not starting with it.
+        word of torch elastic's reports, a non-ASCII head, a body not starting with it, a
+        long line.
         """
         i = raw.find(_FRAME_BYTES)
-        if i < 0 or b"\x00" in raw or b"\r" in raw or _ELASTIC_BYTES.search(raw):
+        if i < 0 or len(raw) - i > _LAZY_FRAME or _FRAME_SKIP.search(raw):
             return False
         head = raw[:i]
         got = self._heads.get(head, False)
@@ -111,22 +123,18 @@ class LineInterpreter:
                 start = len(text) - len(split.body)
                 ok = not split.launcher and not text.startswith(FACT_PREFIX)
                 if ok and not text[start:i].strip():
-                    got = (split.rank, start)
+                    got = split.rank, True
             if len(self._heads) >= MAX_HEADS:
                 self._heads.clear()
             self._heads[head] = got
         if got is None:
             return False
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if text.startswith(FACT_PREFIX):
-            return False
-        key, start = got
-        body = text[start:].strip()
+        key = got[0]
         frames = self._tb.get(key)
         if frames is None:
-            self._tb[key] = [(lineno, body[:MAX_TEXT])]
+            self._tb[key] = [(lineno, raw[i:])]
         else:
-            frames.append((lineno, body[:MAX_TEXT]))
+            frames.append((lineno, raw[i:]))
             if len(frames) > MAX_FRAMES + 1:
                 del frames[1:2]
         return True
@@ -206,13 +214,14 @@ class LineInterpreter:
         fp: str,
         node: str | None,
         groups: dict[str, str | None],
-        frames: list[tuple[int, str]] | None,
+        lazy: list[tuple[int, str | bytes]] | None,
     ) -> Evidence:
         """The evidence of a matched line (built only for evidence that is kept)."""
         context: list[dict[str, object]] = []
         user_frame = None
         recoverability = row.recoverability
-        if frames is not None:
+        if lazy is not None:
+            frames = [(n, _frame_text(t)) for n, t in lazy]
             context = [{"line": n, "text": t} for n, t in frames]
             fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
             if taxonomy().validates_config(row.id, fns):

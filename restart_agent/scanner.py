@@ -174,30 +174,31 @@ class LogScanner:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
         self._ranks.region(region)
-        starts = self._candidates(region)
+        starts, frames = self._candidates(region)
         pos, count = 0, 0  # newlines before `pos`
-        if starts:
+        if starts or frames:
             line = self._interp.line
             frame = self._interp.frame
             skip = self._gate.skip
-            for s in sorted(starts):
+            for s in sorted(starts.keys() | frames.keys()) if frames else sorted(starts):
                 end = region.find(b"\n", s)
                 raw = region[s:end]
+                found = starts.get(s)
                 hints: set[str] | bool
                 if len(raw) > HEAD + TAIL:
                     raw = _cut(raw)
                     hints = self._hints(raw)
                     if hints is False:
                         continue
-                else:
-                    found = starts[s]
-                    if _FRAME in found:  # frames are context: never skipped
-                        count += region.count(b"\n", pos, s)
-                        pos = s
-                        if frame(raw, base + count):
-                            continue
+                elif found is None or s in frames:  # frames are context: never skipped
+                    count += region.count(b"\n", pos, s)
+                    pos = s
+                    if not frame(raw, base + count):
+                        found = found or set()
+                        found.add(_FRAME)
                         line(raw, base + count, {t.decode() for t in found})
-                        continue
+                    continue
+                else:
                     if skip(raw):
                         continue
                     hints = {t.decode() for t in found}
@@ -208,19 +209,26 @@ class LogScanner:
         self._progress.region(region, base, _line_at, newlines)
         self._lines = base + newlines - 1
 
-    def _candidates(self, region: bytes) -> dict[int, set[bytes]]:
-        """Line start -> the triggers found in that line."""
+    def _candidates(self, region: bytes) -> tuple[dict[int, set[bytes]], dict[int, int]]:
+        """(line start -> the triggers found in that line, line start -> the position of
+        `File "` in it); a traceback frame line is only in the second unless it holds
+        another trigger too."""
         starts: dict[int, set[bytes]] = {}
+        frames: dict[int, int] = {}
         rfind = region.rfind
         for rx in self._passes:
             for m in rx.finditer(region):
+                g = m.group()
                 s = rfind(b"\n", 0, m.start()) + 1
+                if g == _FRAME:
+                    frames[s] = m.start()
+                    continue
                 got = starts.get(s)
                 if got is None:
-                    starts[s] = {m.group()}
+                    starts[s] = {g}
                 else:
-                    got.add(m.group())
-        return starts
+                    got.add(g)
+        return starts, frames
 
     def _hints(self, raw: bytes) -> set[str] | bool:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""
