@@ -37,6 +37,7 @@ ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_ag
 # frames, launcher facts, torch elastic's exit reports. The scanner's line gate
 # (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
 READS = ("Traceback (most recent call last):", 'File "', FACT_PREFIX, *ELASTIC_WORDS)
+_ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
 _FRAME_BYTES = b'File "'
 # frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
 _FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
@@ -139,7 +140,7 @@ class LineInterpreter:
                 del frames[1:2]
         return True
 
-    def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
+    def line(self, raw: bytes, lineno: int, hints: set[str] | frozenset[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
@@ -153,7 +154,7 @@ class LineInterpreter:
             return
         key = split.rank
         block = None
-        if any(w in body for w in ELASTIC_WORDS):
+        if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
         if _TRACEBACK.match(body):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
@@ -167,7 +168,10 @@ class LineInterpreter:
                 if len(frames) > MAX_FRAMES + 1:
                     del frames[1:2]
             return
-        for row in self._rows_for(body, hints):
+        selector = self._selector
+        if selector is None:
+            selector = self._selector = RowSelector(self.registry)
+        for row in selector.rows_for(body, hints):
             m = row.regex.search(body)
             if m is None:
                 continue

@@ -20,6 +20,8 @@ Both caches are bounded: when full they start afresh.
 
 from __future__ import annotations
 
+import re
+
 from restart_agent import fingerprint as _fp
 from restart_agent.registry import PatternRow, Registry
 
@@ -41,15 +43,23 @@ class RowSelector:
                 self._by_min.setdefault(m, []).append((t, i))
         literals = {t for r in self.rows for t in r.triggers + r.requires}
         self._digit_literals = tuple(sorted(t for t in literals if any(c.isdigit() for c in t)))
+        masked = {t.encode("ascii").translate(_NUL) for t in self._digit_literals}
+        self._masked_digits = (
+            re.compile(b"|".join(re.escape(t) for t in sorted(masked))) if masked else None
+        )
         self._cache: dict[tuple[object, ...], list[PatternRow]] = {}
 
     def rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
         if len(body) > MAX_KEY:
             return self._select(body, hints)
+        masked = body.encode("utf-8", "surrogatepass").translate(_NUL)
         key = (
-            body.encode("utf-8", "surrogatepass").translate(_NUL),
+            masked,
             None if hints is None else frozenset(hints),
-            tuple([t in body for t in self._digit_literals]),
+            # a digit literal can only be in the line if its masked form is in `masked`
+            tuple([t in body for t in self._digit_literals])
+            if self._masked_digits is not None and self._masked_digits.search(masked)
+            else (),
         )
         got = self._cache.get(key)
         if got is None:

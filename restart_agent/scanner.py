@@ -79,6 +79,7 @@ class LogScanner:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
+        self._hint_sets = {t.encode(): frozenset([t]) for t in self.registry.prefilter}
         self._interp = LineInterpreter(self.registry)
         self._gate = LineGate(self.registry, READS)
         self._progress = ProgressTracker(self.registry.dialects)
@@ -184,7 +185,7 @@ class LogScanner:
                 end = region.find(b"\n", s)
                 raw = region[s:end]
                 found = starts.get(s)
-                hints: set[str] | bool
+                hints: set[str] | frozenset[str] | bool | None
                 if len(raw) > HEAD + TAIL:
                     raw = _cut(raw)
                     hints = self._hints(raw)
@@ -201,7 +202,8 @@ class LogScanner:
                 else:
                     if skip(raw):
                         continue
-                    hints = {t.decode() for t in found}
+                    hints = self._hint_sets.get(next(iter(found))) if len(found) == 1 else None
+                    hints = hints or {t.decode() for t in found}
                 count += region.count(b"\n", pos, s)
                 pos = s
                 line(raw, base + count, hints)
