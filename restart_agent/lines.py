@@ -42,7 +42,8 @@ _FRAME_BYTES = b'File "'
 # frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
 _FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
 _LAZY_FRAME = 1000  # frame(): bytes of a frame kept undecoded (longer lines go to line())
-MAX_HEADS = 1 << 12  # distinct frame-line heads remembered by frame()
+MAX_HEADS = 1 << 12  # distinct line heads (and frame tails) remembered
+MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
@@ -89,7 +90,9 @@ class LineInterpreter:
     _tb: dict[int | None, list[tuple[int, str | bytes]]] = field(default_factory=dict)
     _selector: RowSelector | None = None
     # frame(): what the part of a frame line before `File "` says (see there)
-    _heads: dict[bytes, tuple[int | None, int] | None] = field(default_factory=dict)
+    _heads: dict[bytes, tuple[int | None, bool] | None] = field(default_factory=dict)
+    _tails: dict[bytes, bool] = field(default_factory=dict)  # frame(): the rest of the line
+    _splits: dict[str, tuple[int | None, int] | None] = field(default_factory=dict)
     facts: FactCollector = field(default_factory=FactCollector)
     elastic: ElasticReader = field(default_factory=ElasticReader)
 
@@ -112,13 +115,22 @@ class LineInterpreter:
         long line.
         """
         i = raw.find(_FRAME_BYTES)
-        if i < 0 or len(raw) - i > _LAZY_FRAME or _FRAME_SKIP.search(raw):
+        if i < 0 or i > MAX_HEAD or len(raw) - i > _LAZY_FRAME:
+            return False
+        tail = raw[i:]  # no word _FRAME_SKIP looks for can span head and tail (none has F)
+        fine = self._tails.get(tail)
+        if fine is None:
+            fine = not _FRAME_SKIP.search(tail)
+            if len(self._tails) >= MAX_HEADS:
+                self._tails.clear()
+            self._tails[tail] = fine
+        if not fine:
             return False
         head = raw[:i]
         got = self._heads.get(head, False)
         if got is False:
             got = None
-            if head.isascii():
+            if head.isascii() and not _FRAME_SKIP.search(head):
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
                 split = split_prefix(text)
                 start = len(text) - len(split.body)
@@ -133,9 +145,9 @@ class LineInterpreter:
         key = got[0]
         frames = self._tb.get(key)
         if frames is None:
-            self._tb[key] = [(lineno, raw[i:])]
+            self._tb[key] = [(lineno, tail)]
         else:
-            frames.append((lineno, raw[i:]))
+            frames.append((lineno, tail))
             if len(frames) > MAX_FRAMES + 1:
                 del frames[1:2]
         return True
@@ -146,13 +158,21 @@ class LineInterpreter:
         if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
             self.facts.line(text, lineno)
             return
+        launcher = False
         if "\r" in text:  # progress bars redraw with bare CR: keep the last state
             text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
-        split = split_prefix(text)
-        body = split.body.strip().replace("\x00", "")
+            got = None
+        else:
+            got = self._split_by_head(text, hints)
+        if got is None:
+            split = split_prefix(text)
+            key, body, launcher = split.rank, split.body, split.launcher
+        else:
+            key, body = got[0], text[got[1] :]
+        unprefixed = launcher and body == text.lstrip()
+        body = body.strip().replace("\x00", "")
         if not body:
             return
-        key = split.rank
         block = None
         if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
@@ -179,7 +199,6 @@ class LineInterpreter:
             msg = groups.get("msg") or m.group(0)
             rank, source = key, None
             if rank is not None:
-                unprefixed = split.launcher and split.body == text.lstrip()
                 source = "launcher" if unprefixed else "prefix"
             if rank is None and groups.get("rank"):
                 rank = bounded_int(groups["rank"])
@@ -207,6 +226,31 @@ class LineInterpreter:
         if self._selector is None:
             self._selector = RowSelector(self.registry)
         return self._selector.rows_for(body, hints)
+
+    def _split_by_head(
+        self, text: str, hints: set[str] | frozenset[str] | None
+    ) -> tuple[int | None, int] | None:
+        """(rank, where the body starts) of `prefixes.split_prefix(text)`, remembered per
+        head: the text up to and including its one trigger. The prefix regexes cannot
+        consume a trigger's characters (a trigger starting with `[` is left out), so they
+        decide within the head; a launcher line (whose `rank=N` is searched in the whole
+        line) is left out. None: not known this way, call `split_prefix`."""
+        if hints is None or len(hints) != 1:
+            return None
+        (t,) = hints
+        p = text.find(t)
+        if p < 0 or p > MAX_HEAD or t.startswith("["):
+            return None
+        head = text[: p + len(t)]
+        got = self._splits.get(head, False)
+        if got is False:
+            split = split_prefix(text)
+            start = len(text) - len(split.body)
+            got = None if split.launcher or start > p else (split.rank, start)
+            if len(self._splits) >= MAX_HEADS:
+                self._splits.clear()
+            self._splits[head] = got
+        return got
 
     def _evidence(
         self,
