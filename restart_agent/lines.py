@@ -31,7 +31,7 @@ MAX_CASCADE_EVIDENCE = 4096  # first cascade per (class, rank), bounded
 MAX_DIAGNOSTICS = 64
 MAX_FRAMES = 16
 
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_TRACEBACK = "Traceback (most recent call last):"
 ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_agent.elastic
 # Literals of every line `line()` reads besides pattern matches: traceback headers and
 # frames, launcher facts, torch elastic's exit reports. The scanner's line gate
@@ -176,7 +176,7 @@ class LineInterpreter:
         block = None
         if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
-        if _TRACEBACK.match(body):
+        if body.startswith(_TRACEBACK):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
             return
         if body.startswith('File "'):
