@@ -7,6 +7,10 @@ rank apart (tracebacks of several ranks interleave) and turns pattern matches in
 `Evidence`, folding cascades into counts. It also hands the launcher's fact lines to
 `restart_agent.facts` and torch elastic's exit reports to `restart_agent.elastic`, and
 records how each evidence line's rank was known (`rank_source`).
+
+Dense failure output (every rank printing a traceback) is cheap: traceback frame lines
+take `frame()`, which remembers what each line head says and keeps the frame undecoded;
+an error line's prefix split is remembered per head; evidence is built only when kept.
 """
 
 from __future__ import annotations
@@ -220,12 +224,6 @@ class LineInterpreter:
                 return  # counted; the evidence itself is not kept (same rank, same message)
             self._keep(self._evidence(row, body, lineno, rank, source, fp, node, groups, frames))
             return
-
-    def _rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
-        """Rows with a trigger in `body` (only those under `hints`' triggers, if given)."""
-        if self._selector is None:
-            self._selector = RowSelector(self.registry)
-        return self._selector.rows_for(body, hints)
 
     def _split_by_head(
         self, text: str, hints: set[str] | frozenset[str] | None

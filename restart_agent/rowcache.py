@@ -1,12 +1,13 @@
 r"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
 
 - `RowSelector.rows_for(body, hints)`: the pattern rows worth trying on a line, exactly as
-  `LineInterpreter._rows_for` defined them (a row is tried if one of its triggers is in the
+  `LineInterpreter.line` needs them (a row is tried if one of its triggers is in the
   line, under the given hint triggers, and one of its `requires`, if any). Which rows that
   is depends only on which literals the line holds, so the answer is cached under the line
   with every ASCII digit replaced by NUL (no literal holds NUL; lines reach here without
-  NULs) plus, for the few literals with digits (`Signal 9`), whether each is present. The
-  same message from 1,024 ranks with different numbers costs one dict lookup.
+  NULs) plus, for the few literals with digits (`Signal 9`), whether each is present
+  (asked only when one of them, masked, is in the masked line). The same message from
+  1,024 ranks with different numbers costs one dict lookup.
 - `fingerprint(failure_class, message)`: `restart_agent.fingerprint.fingerprint`, memoised
   under the message with every ASCII digit replaced by `1` (0 kept where the message holds
   `0x`). That is exact: the masks of `fingerprint.normalize` treat digits alike (`\d`,
