@@ -45,7 +45,7 @@ _ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
 _FRAME_BYTES = b'File "'
 # frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
 _FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
-_LAZY_FRAME = 1000  # frame(): bytes of a frame kept undecoded (longer lines go to line())
+_LAZY_FRAME = MAX_TEXT  # frame(): bytes of a frame kept undecoded (no more than line() keeps)
 MAX_HEADS = 1 << 12  # distinct line heads (and frame tails) remembered
 MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
