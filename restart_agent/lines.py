@@ -7,6 +7,10 @@ rank apart (tracebacks of several ranks interleave) and turns pattern matches in
 `Evidence`, folding cascades into counts. It also hands the launcher's fact lines to
 `restart_agent.facts` and torch elastic's exit reports to `restart_agent.elastic`, and
 records how each evidence line's rank was known (`rank_source`).
+
+Dense failure output (every rank printing a traceback) is cheap: traceback frame lines
+take `frame()`, which remembers what each line head says and keeps the frame undecoded;
+an error line's prefix split is remembered per head; evidence is built only when kept.
 """
 
 from __future__ import annotations
@@ -31,18 +35,31 @@ MAX_CASCADE_EVIDENCE = 4096  # first cascade per (class, rank), bounded
 MAX_DIAGNOSTICS = 64
 MAX_FRAMES = 16
 
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_TRACEBACK = "Traceback (most recent call last):"
 ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_agent.elastic
 # Literals of every line `line()` reads besides pattern matches: traceback headers and
 # frames, launcher facts, torch elastic's exit reports. The scanner's line gate
 # (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
 READS = ("Traceback (most recent call last):", 'File "', FACT_PREFIX, *ELASTIC_WORDS)
+_ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
+_FRAME_BYTES = b'File "'
+# frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
+_FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
+_LAZY_FRAME = MAX_TEXT  # frame(): bytes of a frame kept undecoded (no more than line() keeps)
+MAX_HEADS = 1 << 12  # distinct line heads (and frame tails) remembered
+MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 _MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
 # srun --label's own report of a task (= global rank under srun) that died
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
+
+
+def _frame_text(t: str | bytes) -> str:
+    """A frame's text: as `line()` keeps it, from the bytes `frame()` kept (from `File "`
+    on; the ASCII head before it decodes on its own, so the rest decodes the same)."""
+    return t if isinstance(t, str) else t.decode("utf-8", "replace").rstrip()[:MAX_TEXT]
 
 
 def is_user_frame(path: str) -> bool:
@@ -73,8 +90,13 @@ class LineInterpreter:
     _groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
-    _tb: dict[int | None, list[tuple[int, str]]] = field(default_factory=dict)
+    # traceback frames per rank: (line, text), the text as bytes from frame() (`_frame_text`)
+    _tb: dict[int | None, list[tuple[int, str | bytes]]] = field(default_factory=dict)
     _selector: RowSelector | None = None
+    # frame(): what the part of a frame line before `File "` says (see there)
+    _heads: dict[bytes, tuple[int | None, bool] | None] = field(default_factory=dict)
+    _tails: dict[bytes, bool] = field(default_factory=dict)  # frame(): the rest of the line
+    _splits: dict[str, tuple[int | None, int] | None] = field(default_factory=dict)
     facts: FactCollector = field(default_factory=FactCollector)
     elastic: ElasticReader = field(default_factory=ElasticReader)
 
@@ -82,23 +104,83 @@ class LineInterpreter:
         """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
         return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
 
-    def line(self, raw: bytes, lineno: int, hints: set[str] | None = None) -> None:
+    def frame(self, raw: bytes, lineno: int) -> bool:
+        """`line(raw, lineno)` for a traceback frame line, without re-parsing its prefix.
+
+        `prefixes.split_prefix` decides the rank and where the body starts from the part of
+        the line before `File "` (the head) and at most the few characters after it, which
+        are `File "` on every such line (a launcher line's `rank=N`, searched in the whole
+        line, is left to `line()`); whether the line is a launcher fact is decided by the
+        head too (the fact prefix holds no `File "`). What the head said is remembered
+        (bounded); the line's bytes from `File "` on are appended to its rank's traceback,
+        decoded only if they become the context of kept evidence (`_frame_text`). False
+        (nothing done) for lines `line()` treats otherwise or may rewrite: a NUL or CR, a
+        word of torch elastic's reports, a non-ASCII head, a body not starting with it, a
+        long line.
+        """
+        i = raw.find(_FRAME_BYTES)
+        if i < 0 or i > MAX_HEAD or len(raw) - i > _LAZY_FRAME:
+            return False
+        tail = raw[i:]  # no word _FRAME_SKIP looks for can span head and tail (none has F)
+        fine = self._tails.get(tail)
+        if fine is None:
+            fine = not _FRAME_SKIP.search(tail)
+            if len(self._tails) >= MAX_HEADS:
+                self._tails.clear()
+            self._tails[tail] = fine
+        if not fine:
+            return False
+        head = raw[:i]
+        got = self._heads.get(head, False)
+        if got is False:
+            got = None
+            if head.isascii() and not _FRAME_SKIP.search(head):
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                split = split_prefix(text)
+                start = len(text) - len(split.body)
+                ok = not split.launcher and not text.startswith(FACT_PREFIX)
+                if ok and not text[start:i].strip():
+                    got = split.rank, True
+            if len(self._heads) >= MAX_HEADS:
+                self._heads.clear()
+            self._heads[head] = got
+        if got is None:
+            return False
+        key = got[0]
+        frames = self._tb.get(key)
+        if frames is None:
+            self._tb[key] = [(lineno, tail)]
+        else:
+            frames.append((lineno, tail))
+            if len(frames) > MAX_FRAMES + 1:
+                del frames[1:2]
+        return True
+
+    def line(self, raw: bytes, lineno: int, hints: set[str] | frozenset[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
             self.facts.line(text, lineno)
             return
+        launcher = False
         if "\r" in text:  # progress bars redraw with bare CR: keep the last state
             text = text.rsplit("\r", 1)[-1] or text.replace("\r", " ")
-        split = split_prefix(text)
-        body = split.body.strip().replace("\x00", "")
+            got = None
+        else:
+            got = self._split_by_head(text, hints)
+        if got is None:
+            split = split_prefix(text)
+            key, body, launcher = split.rank, split.body, split.launcher
+        else:
+            key, body = got[0], text[got[1] :]
+        unprefixed = launcher and body == text.lstrip()
+        body = body.strip().replace("\x00", "")
         if not body:
             return
-        key = split.rank
         block = None
-        if any(w in body for w in ELASTIC_WORDS):
+        if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
-        if _TRACEBACK.match(body):
+        if body.startswith(_TRACEBACK):
             self._tb[key] = [(lineno, body[:MAX_TEXT])]
             return
         if body.startswith('File "'):
@@ -110,7 +192,10 @@ class LineInterpreter:
                 if len(frames) > MAX_FRAMES + 1:
                     del frames[1:2]
             return
-        for row in self._rows_for(body, hints):
+        selector = self._selector
+        if selector is None:
+            selector = self._selector = RowSelector(self.registry)
+        for row in selector.rows_for(body, hints):
             m = row.regex.search(body)
             if m is None:
                 continue
@@ -118,7 +203,6 @@ class LineInterpreter:
             msg = groups.get("msg") or m.group(0)
             rank, source = key, None
             if rank is not None:
-                unprefixed = split.launcher and split.body == text.lstrip()
                 source = "launcher" if unprefixed else "prefix"
             if rank is None and groups.get("rank"):
                 rank = bounded_int(groups["rank"])
@@ -134,84 +218,126 @@ class LineInterpreter:
                 if rm:
                     rank, source = int(rm.group(1)), "message"
             node = groups.get("node")
-            context: list[dict[str, object]] = []
-            user_frame = None
-            recoverability = row.recoverability
             frames = self._tb.pop(key, None)
-            if frames is not None:
-                context = [{"line": n, "text": t} for n, t in frames]
-                fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
-                if taxonomy().validates_config(row.id, fns):
-                    recoverability = "config"
-                for _, t in reversed(frames):
-                    fm = _FRAME.match(t)
-                    if fm and is_user_frame(fm.group("path")):
-                        user_frame = f"{fm.group('path')}:{fm.group('line')}"
-                        break
-            hint = groups.get("entity")
-            entity = hint.strip() if hint else None
-            if entity is None:
-                quoted = entity_of(body)
-                entity = (
-                    quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
-                )
-                entity = entity or user_frame
-            ev = Evidence(
-                line=lineno,
-                rank=rank,
-                pattern_id=row.id,
-                failure_class=row.failure_class,
-                domain=row.domain,  # type: ignore[arg-type]
-                role=row.role,  # type: ignore[arg-type]
-                recoverability=recoverability,
-                text=body[:MAX_TEXT],
-                fingerprint=fingerprint(row.failure_class, msg),
-                entity=entity,
-                node=node,
-                context=context,
-                user_frame=user_frame,
-                rank_source=source,
-            )
-            self._record(ev)
+            fp = fingerprint(row.failure_class, msg)
+            if not self._count(row, rank, fp, node, lineno, body):
+                return  # counted; the evidence itself is not kept (same rank, same message)
+            self._keep(self._evidence(row, body, lineno, rank, source, fp, node, groups, frames))
             return
 
-    def _rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
-        """Rows with a trigger in `body` (only those under `hints`' triggers, if given)."""
-        if self._selector is None:
-            self._selector = RowSelector(self.registry)
-        return self._selector.rows_for(body, hints)
+    def _split_by_head(
+        self, text: str, hints: set[str] | frozenset[str] | None
+    ) -> tuple[int | None, int] | None:
+        """(rank, where the body starts) of `prefixes.split_prefix(text)`, remembered per
+        head: the text up to and including its one trigger. The prefix regexes cannot
+        consume a trigger's characters (a trigger starting with `[` is left out), so they
+        decide within the head; a launcher line (whose `rank=N` is searched in the whole
+        line) is left out. None: not known this way, call `split_prefix`."""
+        if hints is None or len(hints) != 1:
+            return None
+        (t,) = hints
+        p = text.find(t)
+        if p < 0 or p > MAX_HEAD or t.startswith("["):
+            return None
+        head = text[: p + len(t)]
+        got = self._splits.get(head, False)
+        if got is False:
+            split = split_prefix(text)
+            start = len(text) - len(split.body)
+            got = None if split.launcher or start > p else (split.rank, start)
+            if len(self._splits) >= MAX_HEADS:
+                self._splits.clear()
+            self._splits[head] = got
+        return got
 
-    def _record(self, ev: Evidence) -> None:
-        if ev.node:
-            self.nodes.add(ev.node)
-        if ev.role == "root":
+    def _evidence(
+        self,
+        row: PatternRow,
+        body: str,
+        lineno: int,
+        rank: int | None,
+        source: str | None,
+        fp: str,
+        node: str | None,
+        groups: dict[str, str | None],
+        lazy: list[tuple[int, str | bytes]] | None,
+    ) -> Evidence:
+        """The evidence of a matched line (built only for evidence that is kept)."""
+        context: list[dict[str, object]] = []
+        user_frame = None
+        recoverability = row.recoverability
+        if lazy is not None:
+            frames = [(n, _frame_text(t)) for n, t in lazy]
+            context = [{"line": n, "text": t} for n, t in frames]
+            fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
+            if taxonomy().validates_config(row.id, fns):
+                recoverability = "config"
+            for _, t in reversed(frames):
+                fm = _FRAME.match(t)
+                if fm and is_user_frame(fm.group("path")):
+                    user_frame = f"{fm.group('path')}:{fm.group('line')}"
+                    break
+        hint = groups.get("entity")
+        entity = hint.strip() if hint else None
+        if entity is None:
+            quoted = entity_of(body)
+            entity = quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
+            entity = entity or user_frame
+        return Evidence(
+            line=lineno,
+            rank=rank,
+            pattern_id=row.id,
+            failure_class=row.failure_class,
+            domain=row.domain,  # type: ignore[arg-type]
+            role=row.role,  # type: ignore[arg-type]
+            recoverability=recoverability,
+            text=body[:MAX_TEXT],
+            fingerprint=fp,
+            entity=entity,
+            node=node,
+            context=context,
+            user_frame=user_frame,
+            rank_source=source,
+        )
+
+    def _count(
+        self, row: PatternRow, rank: int | None, fp: str, node: str | None, lineno: int, body: str
+    ) -> bool:
+        """Count one matched line; True when its evidence is to be kept (`_keep`)."""
+        if node:
+            self.nodes.add(node)
+        role = row.role
+        if role == "root":
             self.root_count += 1
-            if ev.rank is not None:
-                self.failed_ranks.add(ev.rank)
-            k = (ev.rank, ev.fingerprint)
-            if k not in self._root_keys and len(self.roots) < MAX_ROOTS:
-                self._root_keys.add(k)
-                self.roots.append(ev)
-            return
-        if ev.role in ("cascade", "teardown"):
-            if ev.rank is not None and ev.role == "cascade":
-                self.failed_ranks.add(ev.rank)
-            if ev.role == "teardown" and self.first_teardown_line is None:
-                self.first_teardown_line = ev.line
-            g = self._groups.get((ev.failure_class, ev.role))
+            if rank is not None:
+                self.failed_ranks.add(rank)
+            return (rank, fp) not in self._root_keys and len(self.roots) < MAX_ROOTS
+        if role in ("cascade", "teardown"):
+            fc = row.failure_class
+            if rank is not None and role == "cascade":
+                self.failed_ranks.add(rank)
+            if role == "teardown" and self.first_teardown_line is None:
+                self.first_teardown_line = lineno
+            g = self._groups.get((fc, role))
             if g is None:
-                g = self._groups[(ev.failure_class, ev.role)] = _Group(
-                    ev.failure_class, ev.role, 0, set(), ev.line, ev.text
-                )
+                g = self._groups[(fc, role)] = _Group(fc, role, 0, set(), lineno, body[:MAX_TEXT])
             g.count += 1
-            if ev.rank is not None:
-                g.ranks.add(ev.rank)
-            ck = (ev.failure_class, ev.rank)
-            if ck not in self._cascade_keys and len(self.cascade_evidence) < MAX_CASCADE_EVIDENCE:
-                self._cascade_keys.add(ck)
-                self.cascade_evidence.append(ev)
-            return
-        if len(self.diagnostics) < MAX_DIAGNOSTICS:
+            if rank is not None:
+                g.ranks.add(rank)
+            return (fc, rank) not in self._cascade_keys and (
+                len(self.cascade_evidence) < MAX_CASCADE_EVIDENCE
+            )
+        return len(self.diagnostics) < MAX_DIAGNOSTICS
+
+    def _keep(self, ev: Evidence) -> None:
+        """Keep the evidence `_count` chose."""
+        if ev.role == "root":
+            self._root_keys.add((ev.rank, ev.fingerprint))
+            self.roots.append(ev)
+        elif ev.role in ("cascade", "teardown"):
+            self._cascade_keys.add((ev.failure_class, ev.rank))
+            self.cascade_evidence.append(ev)
+        else:
             self.diagnostics.append(ev)
 
     def cascades(self) -> list[CascadeGroup]:

@@ -79,6 +79,8 @@ class LogScanner:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
+        self._hint_sets = {t.encode(): frozenset([t]) for t in self.registry.prefilter}
+        self._frame_pass = next(rx for rx in self._passes if rx.search(_FRAME))
         self._interp = LineInterpreter(self.registry)
         self._gate = LineGate(self.registry, READS)
         self._progress = ProgressTracker(self.registry.dialects)
@@ -174,37 +176,106 @@ class LogScanner:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
         self._ranks.region(region)
-        starts = self._candidates(region)
-        pos, count = 0, 0  # newlines before `pos`
-        if starts:
-            line = self._interp.line
-            skip = self._gate.skip
-            for s in sorted(starts):
-                end = region.find(b"\n", s)
-                raw = region[s:end]
-                hints: set[str] | bool
-                if len(raw) > HEAD + TAIL:
-                    raw = _cut(raw)
-                    hints = self._hints(raw)
-                    if hints is False:
-                        continue
-                else:
-                    found = starts[s]
-                    if _FRAME not in found and skip(raw):  # frames are context: never skipped
-                        continue
-                    hints = {t.decode() for t in found}
-                count += region.count(b"\n", pos, s)
-                pos = s
-                line(raw, base + count, hints)
+        starts, frames = self._candidates(region)
+        if frames:
+            pos, count = self._with_frames(region, base, starts, frames)
+        elif starts:
+            pos, count = self._without_frames(region, base, starts)
+        else:
+            pos, count = 0, 0  # newlines before `pos`
         newlines = count + region.count(b"\n", pos)
         self._progress.region(region, base, _line_at, newlines)
         self._lines = base + newlines - 1
 
-    def _candidates(self, region: bytes) -> dict[int, set[bytes]]:
-        """Line start -> the triggers found in that line."""
+    def _without_frames(
+        self, region: bytes, base: int, starts: dict[int, set[bytes]]
+    ) -> tuple[int, int]:
+        """Hand the candidate lines of a region without traceback frames to `line()`; the
+        last line start handed and the newlines before it."""
+        pos, count = 0, 0  # newlines before `pos`
+        line = self._interp.line
+        skip = self._gate.skip
+        hint_sets = self._hint_sets
+        for s in sorted(starts):
+            end = region.find(b"\n", s)
+            raw = region[s:end]
+            hints: set[str] | frozenset[str] | bool | None
+            if len(raw) > HEAD + TAIL:
+                raw = _cut(raw)
+                hints = self._hints(raw)
+                if hints is False:
+                    continue
+            else:
+                if skip(raw):
+                    continue
+                found = starts[s]
+                hints = hint_sets.get(next(iter(found))) if len(found) == 1 else None
+                hints = hints or {t.decode() for t in found}
+            count += region.count(b"\n", pos, s)
+            pos = s
+            line(raw, base + count, hints)
+        return pos, count
+
+    def _with_frames(
+        self, region: bytes, base: int, starts: dict[int, set[bytes]], frames: dict[int, int]
+    ) -> tuple[int, int]:
+        """`_without_frames` for a region with frame lines: those go to
+        `LineInterpreter.frame()` (or, if it declines, to `line()`), never skipped."""
+        pos, count = 0, 0
+        line = self._interp.line
+        frame = self._interp.frame
+        skip = self._gate.skip
+        hint_sets = self._hint_sets
+        for s in sorted(starts.keys() | frames.keys()):
+            end = region.find(b"\n", s)
+            raw = region[s:end]
+            found = starts.get(s)
+            hints: set[str] | frozenset[str] | bool | None
+            if len(raw) > HEAD + TAIL:
+                raw = _cut(raw)
+                hints = self._hints(raw)
+                if hints is False:
+                    continue
+            elif found is None or s in frames:  # frames are context: never skipped
+                count += region.count(b"\n", pos, s)
+                pos = s
+                if not frame(raw, base + count):
+                    found = found or set()
+                    found.add(_FRAME)
+                    line(raw, base + count, {t.decode() for t in found})
+                continue
+            else:
+                if skip(raw):
+                    continue
+                hints = hint_sets.get(next(iter(found))) if len(found) == 1 else None
+                hints = hints or {t.decode() for t in found}
+            count += region.count(b"\n", pos, s)
+            pos = s
+            line(raw, base + count, hints)
+        return pos, count
+
+    def _candidates(self, region: bytes) -> tuple[dict[int, set[bytes]], dict[int, int]]:
+        """(line start -> the triggers found in that line, line start -> the position of
+        `File "` in it); a traceback frame line is only in the second unless it holds
+        another trigger too."""
         starts: dict[int, set[bytes]] = {}
+        frames: dict[int, int] = {}
         rfind = region.rfind
         for rx in self._passes:
+            if rx is self._frame_pass:
+                for m in rx.finditer(region):
+                    g = m.group()
+                    at = m.start()
+                    s = rfind(b"\n", 0, at) + 1
+                    if g == _FRAME:
+                        frames[s] = at
+                        continue
+                    got = starts.get(s)
+                    if got is None:
+                        starts[s] = {g}
+                    else:
+                        got.add(g)
+                continue
             for m in rx.finditer(region):
                 s = rfind(b"\n", 0, m.start()) + 1
                 got = starts.get(s)
@@ -212,7 +283,7 @@ class LogScanner:
                     starts[s] = {m.group()}
                 else:
                     got.add(m.group())
-        return starts
+        return starts, frames
 
     def _hints(self, raw: bytes) -> set[str] | bool:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""

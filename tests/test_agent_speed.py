@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 import restart_agent as ra
+import restart_agent.lines as lines_mod
+from restart_agent import fingerprint as _fp
+from restart_agent import rowcache
 from restart_agent.linegate import LineGate
 from restart_agent.lines import READS
 from restart_agent.model import CycleEvidence
@@ -47,13 +50,21 @@ class _UncachedSelector(RowSelector):
 
 
 def reference(data: bytes) -> CycleEvidence:
-    """Line by line, every line handed to the interpreter's full path, nothing cached."""
+    """Line by line, every line handed to the interpreter's full path (`line()`, no frame
+    shortcut, no remembered prefix split), nothing cached (fingerprints neither)."""
     s = ra.LogScanner()
     s._gate = _OpenGate(s.registry)
     s._interp._selector = _UncachedSelector(s.registry)
-    for line in data.splitlines(keepends=True):
-        s.feed(line)
-    return s.finish()
+    s._interp.frame = lambda raw, lineno: False  # type: ignore[method-assign]
+    s._interp._split_by_head = lambda text, hints: None  # type: ignore[method-assign]
+    memo = lines_mod.fingerprint
+    lines_mod.fingerprint = _fp.fingerprint
+    try:
+        for line in data.splitlines(keepends=True):
+            s.feed(line)
+        return s.finish()
+    finally:
+        lines_mod.fingerprint = memo
 
 
 def _write(tmp_path: Path, name: str, writer, size: int) -> bytes:  # noqa: ANN001
@@ -85,6 +96,25 @@ EDGE = b"".join(
         b"  exitcode  : -9 (pid: 3005)\n  error_file: <N/A>\n",
         b"  traceback : Signal 9 (SIGKILL) received by PID 3005\n",
         b'[relaunch] fact: {"event": "exit", "rank": 3, "exitcode": -9}\n',
+        # traceback frames: the frame shortcut must treat each exactly as line() does
+        b'[stderr][rank2]:   File "/w/a.py", line 3, in f\n[rank2]: RuntimeError: two\n',
+        b'[relaunch]   File "/w/a.py", line 3 rank=4\n[relaunch] RuntimeError: rank=4 x\n',
+        b'7:   File "/w/b.py", line 9, in g\n7: ValueError: bad 0x1f and 3x4096 at 0x00\n',
+        b'[rank5]: xFile "/w/c.py", line 1\n[rank5]:   File "/w/c.py", line 2, in h\n',
+        b'[rank6]:   File "' + b"a" * 1200 + b'", line 1\n',
+        b'[rank6]:   File "/w/d.py", line 2, rank 3\n',
+        b"[rank6]: " + b" " * 300 + b'File "/w/e.py", line 4\n',
+        b'[rank6]:   File "/w/\xc3\xa9.py", line 5, in \xe2\x80\x83k\xc2\xa0\n',
+        b'[rank6]: \xc3\xa9 File "/w/f.py", line 6\n',
+        b'[rank4]:   File "/w/p\x00.py", line 1\n[rank4]:   File "/w/p.py", line 1\rx\n',
+        b'[rank4]:   File "/w/q.py", line 2\r[rank4]:   File "/w/r.py", line 3\n',
+        b'[rank3]:\r  File "/w/s.py", line 7\nValueError: unranked\n[rank3]: ValueError: 3\n',
+        b"[rank6]: RuntimeError: boom\n[rank5]: RuntimeError: boom\n[rank4]: KeyError: 'k'\n",
+        # prefix splits remembered per head (text up to the line's one trigger)
+        b"[rank8]: 12 RuntimeError: x\n[rank8]: 12: RuntimeError: y\n",
+        b"[rank9]:[relaunch] RuntimeError rank=3\n[rank9]:  [launcher] Exception rank=2\n",
+        b"[default3]:[rank12]: KeyError: 'w'\n[default3]:[rank13]: KeyError: 'w'\n",
+        b"RuntimeError: no prefix\n  RuntimeError: spaced\n",
     ]
 )
 
@@ -275,3 +305,61 @@ def test_the_gate_keeps_every_row_example() -> None:
                     assert not gate.skip(raw), (row.id, line)
                     kept += 1
     assert kept > 100
+
+
+def test_fingerprint_memo_is_exact() -> None:
+    """The memo keys a message by its digits masked; the masks must treat digits alike, with
+    the 0 of `0x` as the only literal digit (kept when the message holds `0x`)."""
+    import re._parser as sre  # noqa: PLC0415 - the parse tree of the fingerprint masks
+
+    def literal_digits(items) -> list[str]:  # noqa: ANN001 - sre parse items
+        out = []
+        for op, av in items:
+            if op is sre.LITERAL and chr(av).isdigit():
+                out.append(chr(av))
+            elif op in (sre.SUBPATTERN, sre.MAX_REPEAT, sre.MIN_REPEAT, sre.ATOMIC_GROUP):
+                out += literal_digits(av[-1])
+            elif op is sre.BRANCH:
+                for alt in av[1]:
+                    out += literal_digits(alt)
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                out += literal_digits(av[1])
+            elif op is sre.GROUPREF:
+                out.append("backreference")
+        return out
+
+    found = [d for rx, _ in _fp._MASKS for d in literal_digits(sre.parse(rx.pattern))]
+    assert found == ["0"]
+    rnd = random.Random(5)
+    messages = [
+        "mat1 and mat2 shapes cannot be multiplied (511x2 and 3x4096)",
+        "bad pointer 0x7f3a00 and 0x0 at 10x10, 2026-12-02 10:21:19.123 rank 7",
+        "NCCL error in: ../NCCLUtils.hpp:219, 2.19.3 from 10.1.2.3:29500 deadbeef12",
+        "KeyError: 'layers.84.mlp.weight_6' pid=3005 1e-06 -3.5E+2 ts 10:00:01",
+    ]
+    for _ in range(400):
+        base = rnd.choice(messages)
+        msg = "".join(rnd.choice("0123456789") if c.isdigit() else c for c in base)
+        assert rowcache.fingerprint("c", msg) == _fp.fingerprint("c", msg), msg
+    assert rowcache.fingerprint("c", "3x4096") != rowcache.fingerprint("c", "0x4096")
+
+
+def test_frame_shortcut_matches_line(tmp_path: Path) -> None:
+    """Frames of many ranks (dense shape) reach the shortcut, and the evidence that takes
+    them as context is the reference's."""
+    data = _write(tmp_path, "dense.log", _shapes().write_dense, 200_000)
+    s = ra.LogScanner()
+    taken = []
+    original = s._interp.frame
+
+    def spy(raw: bytes, lineno: int) -> bool:
+        ok = original(raw, lineno)
+        taken.append(ok)
+        return ok
+
+    s._interp.frame = spy  # type: ignore[method-assign]
+    s.feed(data)
+    ev = s.finish()
+    assert sum(taken) > 0.9 * len(taken) > 100
+    assert ev == reference(data)
+    assert any(e.context and e.user_frame for e in ev.roots)
