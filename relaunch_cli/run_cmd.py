@@ -99,12 +99,6 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
     problem = settings.check_script()
     if problem:
         raise UserError(problem)
-    from launcher.validate import check_settings
-
-    try:
-        check_settings(settings)  # every option that points somewhere, before any worker
-    except config.ConfigError as exc:
-        raise UserError(str(exc)) from None
     try:
         settings.job_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -113,6 +107,12 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
         ) from None
     if not os.access(settings.job_dir, os.W_OK):
         raise UserError(f"log folder is not writable: {settings.job_dir}")
+    from launcher.validate import check_settings
+
+    try:
+        check_settings(settings)  # every option that points somewhere, before any worker
+    except config.ConfigError as exc:
+        raise UserError(str(exc)) from None
     try:
         settings.llm_config = llm_options.config_from_args(args)
     except ValueError as exc:
