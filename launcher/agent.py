@@ -35,7 +35,11 @@ from torch.distributed.elastic.agent.server.api import (
 )
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousParameters
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousParameters,
+)
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
@@ -412,7 +416,28 @@ class RelaunchAgent(LocalElasticAgent):
         if not report.healthy:
             self.health_reason = report.reason
             self._record_exclusion(report)
+            self._leave_round()
             raise _NodeUnhealthy(report.reason)
+
+    def _leave_round(self) -> None:
+        """Leave the rendezvous round this node was in, now that its health result is
+        known: the other nodes' next round then starts on that result, not when this
+        node's keep-alive heartbeats expire (15 s by default, and while the check runs
+        they keep the node in the round). Best effort on elastic's dynamic rendezvous;
+        other backends keep their own rules."""
+        if self._cycle_no < 0:
+            return  # never joined a round
+        handler = self._worker_group.spec.rdzv_handler
+        try:
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+                _RendezvousExitOp,
+            )
+
+            handler._stop_heartbeats()
+            deadline = handler._get_deadline(handler._settings.timeout.close)
+            handler._op_executor.run(_RendezvousExitOp(), deadline)
+        except (AttributeError, ImportError, RuntimeError, TimeoutError, RendezvousError) as exc:
+            self.say(f"note: could not leave the rendezvous round early ({exc})")
 
     def _record_exclusion(self, report: Any) -> None:
         """The verdict of the cycle that just ended records that this node leaves the job
