@@ -120,25 +120,42 @@ def _describe_exit(rank: int, exitcode: int) -> str:
 
 
 _received: list[signal.Signals] = []  # signals received, in order (the handler appends)
+_on_later_signal: list[Any] = []  # called by the handler for every signal after the first
 
 
 def _raise_signal(signum: int, frame: Any) -> None:
-    """Like elastic's own handler, a signal becomes a SignalException in the main thread;
-    it is also remembered, so that one swallowed by a broad `except Exception` on its way
-    (in elastic or a library) is raised again at the agent's next step (`_check_signal`)."""
+    """The first signal becomes a SignalException in the main thread, like elastic's own
+    handler; it is also remembered, so that one swallowed by a broad `except Exception`
+    on its way (in elastic or a library) is raised again at the agent's next step
+    (`_check_signal`).
+
+    Later signals never raise: they arrive while the launcher stops the workers and
+    flushes, or while the interpreter shuts down. An exception there (the old behaviour,
+    e.g. a second Ctrl-C) interrupts `threading._shutdown` or an atexit finalizer such as
+    the one that joins elastic's rendezvous keep-alive thread; that thread is then still
+    inside a TCPStore call when the interpreter finalizes, and the forced unwind of a
+    thread that cannot get the GIL back through C++ ends in `std::terminate`
+    ("terminate called without an active exception", exit 134). A later signal only asks
+    to abandon the history flush (`_on_later_signal`: sets flags, takes no lock)."""
     sig = signal.Signals(signum)
     _received.append(sig)
+    if len(_received) > 1:
+        for fn in list(_on_later_signal):
+            fn()
+        return
     raise SignalException(f"process {os.getpid()} got signal {signum}", sig)
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers() -> dict[signal.Signals, Any]:
     """From the launcher's first moment (before elastic installs the same handlers when
     workers start), SIGINT/SIGTERM/SIGHUP/SIGQUIT end the job through `run_job`'s path:
     workers stopped, history flushed, exit 128+N. Also when the shell started the
-    launcher with SIGINT ignored (a background job)."""
+    launcher with SIGINT ignored (a background job). Returns the handlers replaced."""
+    previous: dict[signal.Signals, Any] = {}
     for sig in HANDLED_SIGNALS:
         with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
-            signal.signal(sig, _raise_signal)
+            previous[sig] = signal.signal(sig, _raise_signal)
+    return previous
 
 
 def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[str, str]:
@@ -709,6 +726,11 @@ class RelaunchAgent(LocalElasticAgent):
         self.final = (state, code, reason)
         self.attribution.end_job(self.settings.job_id, state, code, reason)
 
+    def abandon_flush(self) -> None:
+        """A signal after the first: stop waiting for the history (called from a signal
+        handler: sets flags only)."""
+        self.attribution.abandon()
+
     def close(self) -> None:
         """Flush the history (sized to the work queued), then stop the helpers."""
         try:
@@ -794,28 +816,38 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
 
     if sink_factory is None and settings.ft_log_funnel:
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
-    install_signal_handlers()
-    spec = build_spec(settings)
-    agent = RelaunchAgent(
-        spec, settings, RankLogsSpecs(str(settings.job_dir)), attribution_factory, out, sink_factory
-    )
+    _received.clear()
+    previous = install_signal_handlers()
+    agent: RelaunchAgent | None = None
     code = EXIT_FAILED
     try:
+        spec = build_spec(settings)
+        agent = RelaunchAgent(
+            spec,
+            settings,
+            RankLogsSpecs(str(settings.job_dir)),
+            attribution_factory,
+            out,
+            sink_factory,
+        )
+        _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
         return code
-    except SignalException as exc:  # a second signal while the first one was handled
+    except SignalException as exc:  # before the agent ran (building the rendezvous)
         code = 128 + int(exc.sigval)
-        agent.say(f"received {exc.sigval.name} again; not waiting for the history")
+        print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
         return code
     finally:
-        try:
+        if agent is not None:
             agent.close()
-        except SignalException as exc:
-            agent.say(f"received {exc.sigval.name}; history flush abandoned")
-            code = 128 + int(exc.sigval)
+            if agent.abandon_flush in _on_later_signal:
+                _on_later_signal.remove(agent.abandon_flush)
         # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
         # the other nodes go on without it, and a replacement node may join (closing would
         # end the job everywhere); an interrupted launcher leaves it too, as torchrun does.
-        if code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED):
+        if agent is not None and code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED):
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                spec.rdzv_handler.shutdown()
+                agent._worker_group.spec.rdzv_handler.shutdown()
+        for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)

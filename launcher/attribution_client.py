@@ -83,6 +83,7 @@ class AttributionClient:
         self._queued_budget = 0.0  # seconds of budget of the tasks not started yet
         self._running_until: float | None = None  # deadline of the task running now
         self._skip_analyses = False
+        self._abandoned = False  # a second signal: stop waiting for queued work
         self._cond = threading.Condition()
         # node-health records not yet sent, per (job, cycle): sent before that cycle's
         # analysis (so its first verdict records them) or on their own after it
@@ -166,10 +167,15 @@ class AttributionClient:
         with self._cond:
             while self._pending:
                 left = self._time_left() if deadline is None else deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._abandoned:
                     return False
-                self._cond.wait(min(left, 1.0))
+                self._cond.wait(min(left, 0.5))
         return True
+
+    def abandon(self) -> None:
+        """Stop waiting for queued work (safe in a signal handler: sets flags only)."""
+        self._abandoned = True
+        self._skip_analyses = True
 
     def skip_analyses(self) -> None:
         """Queued analyses are dropped (the job was interrupted); records are still written."""
@@ -180,7 +186,8 @@ class AttributionClient:
         warning) when some work was abandoned."""
         done = self.drain()
         self._tasks.put(None)
-        self._thread.join(max(1.0, self.budget_left()))
+        if done:
+            self._thread.join(max(1.0, self.budget_left()))
         if not done:
             with self._cond:
                 left = self._pending
@@ -400,7 +407,7 @@ class EmbeddedClient(AttributionClient):
 
     def close(self) -> bool:
         done = super().close()
-        if self._engine is not None:
+        if self._engine is not None and not self._abandoned:
             self._engine.close(timeout=10.0)  # let audit listeners finish
         return done
 

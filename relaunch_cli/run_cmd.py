@@ -133,3 +133,7 @@ def run(args: argparse.Namespace) -> int:
         name = signal.Signals(exc.signum).name
         print(f"relaunch run: interrupted by {name} before the job started", file=sys.stderr)
         return 128 + exc.signum
+    finally:
+        # the job is over: a signal now must not raise inside the interpreter's shutdown
+        for sig in _EARLY_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

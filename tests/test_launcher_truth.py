@@ -241,14 +241,21 @@ def _assert_dead(pids: list[int]) -> None:
 
 
 @pytest.mark.parametrize(
-    "sig, to_group", [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)]
+    "sig, to_group, twice",
+    [
+        (signal.SIGINT, True, False),
+        (signal.SIGINT, True, True),
+        (signal.SIGINT, False, False),
+        (signal.SIGTERM, False, False),
+    ],
 )
 def test_signal_ends_with_128_plus_n_and_flushes_history(
-    tmp_path: Path, sig: signal.Signals, to_group: bool
+    tmp_path: Path, sig: signal.Signals, to_group: bool, twice: bool
 ) -> None:
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), SIGINT and
-    SIGTERM to the launcher alone: exit 128+N, never 134; workers stopped; the job and its
-    cycle are recorded as interrupted. Three runs each."""
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it; also twice, the
+    second landing while the launcher stops the workers or exits), SIGINT and SIGTERM to
+    the launcher alone: exit 128+N, never 134 or a death by the signal; workers stopped;
+    the job and its cycle are recorded as interrupted. Three runs each."""
     for n in range(3):
         job = f"sig{n}"
         proc = _start(tmp_path, job)
@@ -257,6 +264,10 @@ def test_signal_ends_with_128_plus_n_and_flushes_history(
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
+        if twice:  # an impatient second Ctrl-C, at some point of the teardown
+            time.sleep(0.3 * n)
+            if proc.poll() is None:
+                os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 128 + sig, err
         assert "terminate called" not in err and "Traceback" not in err, err
