@@ -81,7 +81,7 @@ def test_success_is_recorded_not_left_running(tmp_path: Path) -> None:
     assert job.ended_at is not None
     assert _cycles(tmp_path, "ok") == [(0, "ended", "succeeded")]
     log = tmp_path / "logs" / "ok" / "cycle_0.log"
-    assert f"relaunch: cycle 0: log {log.resolve()}" in r.stderr  # where the log is
+    assert f"relaunch: cycle 0 log: {log.resolve()}" in r.stderr  # where the log is
     kinds = [f["fact"] for f in _facts(log.read_text())]
     assert kinds[0] == "cycle_start" and kinds[-2:] == ["iterations", "cycle_end"], kinds
 
