@@ -412,13 +412,19 @@ class RelaunchAgent(LocalElasticAgent):
         used = self.settings.max_restarts - self._remaining_restarts
         mine = jobwide.Proposal(local, used)
         tag = str(self._rdzv_rounds) if self.settings.rdzv_backend == "static" else ""
-        agreed = jobwide.agree(
-            worker_group.store,
-            worker_group.group_rank,
-            worker_group.group_world_size,
-            mine,
-            tag=tag,
-        )
+        try:
+            agreed = jobwide.agree(
+                worker_group.store,
+                worker_group.group_rank,
+                worker_group.group_world_size,
+                mine,
+                tag=tag,
+            )
+        except SignalException:
+            raise
+        except Exception as exc:  # a node gone between the rendezvous and the exchange
+            self._warn(f"cycle number and budget not agreed with the other nodes: {exc}")
+            agreed = mine
         self._next_cycle_no = agreed.next_cycle
         self._remaining_restarts = max(0, self.settings.max_restarts - agreed.restarts_used)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 _CYCLE_LOG = re.compile(r"^cycle_(\d+)(?:\.node\d+)?\.log$")
-AGREE_TIMEOUT_S = 600.0  # as long as a rendezvous may take: the others are already in it
+AGREE_TIMEOUT_S = 300.0  # the other nodes left the same rendezvous round just now
 _KEY = "relaunch/agree"
 
 
