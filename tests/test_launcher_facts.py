@@ -1,0 +1,84 @@
+"""Units of the launcher's truth: fact lines (`launcher.facts`), where a job id continues
+and the job-wide agreement over a real c10d TCPStore (`launcher.jobwide`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from launcher import facts
+from launcher.jobwide import Proposal, agree, next_cycle_in
+
+
+def _body(line: str) -> dict:
+    assert line.startswith("fact: {")
+    text = line[len("fact: ") :]
+    assert " " not in text.replace('"sleep 1"', "")  # compact JSON
+    return json.loads(text)
+
+
+def test_fact_lines_are_compact_json_with_kind_and_cycle_first() -> None:
+    line = facts.rank_exit(3, rank=5, local_rank=1, node=2, exitcode=-9, first=True, t_s=1.23456)
+    body = _body(line)
+    assert list(body)[:2] == ["fact", "cycle"]
+    assert body == {
+        "fact": "rank_exit",
+        "cycle": 3,
+        "rank": 5,
+        "local_rank": 1,
+        "node": 2,
+        "exitcode": -9,
+        "signal": "SIGKILL",
+        "first": True,
+        "t_s": 1.235,
+    }
+    assert _body(facts.rank_exit(0, 0, 0, None, 7, False, 0.0))["signal"] is None
+    assert _body(facts.rank_exit(0, 0, 0, None, -200, False, 0.0))["signal"] == "SIG200"
+
+
+def test_iterations_cycle_end_and_non_finite_values() -> None:
+    body = _body(facts.iterations(1, {3: 10, 2: 7}, ranks=[2, 3, 4], client=True))
+    assert body == {
+        "fact": "iterations",
+        "cycle": 1,
+        "last": {"2": 7, "3": 10},
+        "silent": [4],
+        "client": True,
+    }
+    assert _body(facts.cycle_end(1, "interrupted", 2.0))["outcome"] == "stopped"
+    assert _body(facts.cycle_end(1, "succeeded", 2.0))["outcome"] == "succeeded"
+    assert _body(facts.hang(1, 2, float("nan"), None, True, [0]))["silent_s"] is None
+    start = _body(facts.cycle_start(0, "j", None, [1, 0], 2, 5.0))
+    assert (start["ranks"], start["node"], start["t"]) == ([0, 1], None, 5.0)
+
+
+def test_next_cycle_in_reads_single_and_multi_node_logs(tmp_path: Path) -> None:
+    assert next_cycle_in(tmp_path / "missing") == 0
+    assert next_cycle_in(tmp_path) == 0
+    for name in ("cycle_0.log", "cycle_3.node1.log", "cycle_x.log", "cycle_9.log.gz", "a.txt"):
+        (tmp_path / name).write_text("")
+    assert next_cycle_in(tmp_path) == 4
+
+
+def test_agree_takes_the_max_over_the_nodes_through_a_tcpstore() -> None:
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=60), wait_for_workers=False)
+    stores = [server] + [
+        TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=60)) for _ in range(2)
+    ]
+    proposals = [Proposal(2, 0), Proposal(5, 1), Proposal(3, 2)]
+    results: list[Proposal | None] = [None] * 3
+
+    def node(i: int) -> None:
+        results[i] = agree(stores[i], i, 3, proposals[i], tag="r1")
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [Proposal(5, 2)] * 3
+    assert agree(server, 0, 1, Proposal(7, 0)) == Proposal(7, 0)  # one node: nothing to ask
