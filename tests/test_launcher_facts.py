@@ -82,3 +82,45 @@ def test_agree_takes_the_max_over_the_nodes_through_a_tcpstore() -> None:
         t.join(120)
     assert results == [Proposal(5, 2)] * 3
     assert agree(server, 0, 1, Proposal(7, 0)) == Proposal(7, 0)  # one node: nothing to ask
+
+
+def test_embedded_client_flushes_everything_queued_on_close(tmp_path: Path) -> None:
+    """Close right after queuing: the database is opened, migrated and written before the
+    close returns (it waits for the budgets of the work queued, not a fixed 2 s)."""
+    from launcher.attribution_client import EmbeddedClient
+    from storage import open_repository
+
+    warnings: list[str] = []
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    client = EmbeddedClient(lambda v: None, warnings.append, db_url=url)
+    log = tmp_path / "cycle_0.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n[rank0]: ValueError: boom\n")
+    client.register("flush", 0, str(log), None)
+    client.end_cycle("flush", 0, "failed", "rank 0 exited with code 1")
+    client.request_analysis("flush", 0, str(log), None)
+    client.end_job("flush", "failed", 1, "restart budget (0) spent")
+    assert client.budget_left() > 60  # the database open, three writes, one analysis
+    assert client.close() is True
+    assert warnings == []
+    repo = open_repository(url)
+    try:
+        job, cyc = repo.get_job("flush"), repo.get_cycle("flush", 0)
+    finally:
+        repo.close()
+    assert (job.state, job.exit_code) == ("failed", 1)
+    assert (cyc.status, cyc.outcome, cyc.decision) == ("analysed", "failed", "RESTART")
+
+
+def test_an_abandoned_flush_returns_at_once_and_says_so(tmp_path: Path) -> None:
+    from launcher.attribution_client import EmbeddedClient
+
+    warnings: list[str] = []
+    hold = threading.Event()
+    client = EmbeddedClient(
+        lambda v: None, warnings.append, db_url=f"sqlite:///{tmp_path / 'h.db'}"
+    )
+    client._submit(lambda: hold.wait(60), gated=False)  # a task that does not end by itself
+    client.abandon()  # a second Ctrl-C
+    assert client.close() is False
+    hold.set()
+    assert any("abandoned at exit" in w for w in warnings), warnings
