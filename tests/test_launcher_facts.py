@@ -119,6 +119,7 @@ def test_an_abandoned_flush_returns_at_once_and_says_so(tmp_path: Path) -> None:
     client = EmbeddedClient(
         lambda v: None, warnings.append, db_url=f"sqlite:///{tmp_path / 'h.db'}"
     )
+    assert client.stored_next_cycle("none").result(120) == 0  # the database is open
     client._submit(lambda: hold.wait(60), gated=False)  # a task that does not end by itself
     client.abandon()  # a second Ctrl-C
     assert client.close() is False
