@@ -49,6 +49,7 @@ from launcher.attribution_client import AttributionClient, VerdictInfo, make_cli
 from launcher.config import RunSettings
 from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
+from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
 
 EXIT_OK = 0
@@ -85,6 +86,7 @@ class _CycleState:
     first_failed_at: float | None = None  # monotonic time the first failure was seen
     ranks: tuple[int, ...] = ()  # global ranks of this node
     iterations: dict[int, int] | None = None  # last iteration reported per global rank
+    exits: ExitTimes | None = None  # when each worker process exited (pidfds)
 
 
 @contextlib.contextmanager
@@ -360,6 +362,8 @@ class RelaunchAgent(LocalElasticAgent):
             st.log.event(f"cycle {st.cycle} end: {outcome} after {duration:.1f} s")
             st.ended = True
         st.log.close()
+        if st.exits is not None:
+            st.exits.close()
         job = self.settings.job_id
         reason = st.failure if outcome != "succeeded" else "all ranks exited with code 0"
         # the analysis reads the end too: recorded first, so it is never left `registered`
@@ -503,6 +507,8 @@ class RelaunchAgent(LocalElasticAgent):
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
         pids = super()._start_workers(worker_group)
+        by_local = {w.local_rank: w.global_rank for w in worker_group.workers}
+        st.exits = ExitTimes({by_local[lr]: pid for lr, pid in pids.items() if lr in by_local})
         install_signal_handlers()  # elastic installed its own (same effect, not remembered)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)
@@ -604,9 +610,11 @@ class RelaunchAgent(LocalElasticAgent):
         first = st.first_failed
         now = time.monotonic()
         first_t = (st.first_failed_at or now) - st.started
-        roots, followers = [], []
+        roots: list[tuple[float, str]] = []
+        followers: list[int] = []
         for rank, f in sorted(result.failures.items()):
             is_first = first is None or f.local_rank in first
+            exited = st.exits.get(rank) if st.exits is not None else None
             st.log.event(
                 facts.rank_exit(
                     st.cycle,
@@ -615,22 +623,27 @@ class RelaunchAgent(LocalElasticAgent):
                     st.node,
                     f.exitcode,
                     is_first,
-                    first_t if is_first else now - st.started,
+                    exited - st.started
+                    if exited is not None
+                    else (first_t if is_first else now - st.started),
                 )
             )
-            if is_first:
-                roots.append(_describe_exit(rank, f.exitcode))
+            if is_first:  # the earliest exit first (pidfd times; by rank without them)
+                roots.append(
+                    (exited if exited is not None else now, _describe_exit(rank, f.exitcode))
+                )
             else:
                 followers.append(rank)
         if followers:
             st.log.event(facts.ranks_stopped(st.cycle, followers))
-        for d in roots:
+        roots.sort(key=lambda r: r[0])
+        for _, d in roots:
             st.log.event(d)
         if followers:
             st.log.event(
                 f"ranks {','.join(map(str, followers))} stopped by the launcher after the failure above"
             )
-        return "; ".join(roots)
+        return "; ".join(d for _, d in roots)
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state

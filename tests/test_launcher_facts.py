@@ -125,3 +125,29 @@ def test_an_abandoned_flush_returns_at_once_and_says_so(tmp_path: Path) -> None:
     assert client.close() is False
     hold.set()
     assert any("abandoned at exit" in w for w in warnings), warnings
+
+
+def test_exit_times_order_real_processes_without_reaping_them() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from launcher.exit_times import ExitTimes
+
+    first = subprocess.Popen([sys.executable, "-c", "pass"])
+    second = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    times = ExitTimes({0: first.pid, 1: second.pid})
+    deadline = time.monotonic() + 60
+    while times.get(0) is None:  # the first exits on its own
+        assert time.monotonic() < deadline, "exit of the first process not seen"
+        time.sleep(0.05)
+    assert times.get(1) is None
+    second.stdin.close()  # now the second exits: strictly later
+    while times.get(1) is None:
+        assert time.monotonic() < deadline, "exit of the second process not seen"
+        time.sleep(0.05)
+    assert times.get(0) < times.get(1)
+    assert (first.wait(10), second.wait(10)) == (0, 0)  # elastic can still reap them
+    times.close()
