@@ -269,6 +269,24 @@ class AttributionEngine:
             job_id, cycle, log_path, node=None if node is None else str(node)
         )
 
+    def end_cycle(
+        self, job_id: str, cycle: int, outcome: str, *, reason: str | None = None
+    ) -> None:
+        """Record how a cycle ended (`HistoryRepository.end_cycle`; no-op without one)."""
+        if self.repo is not None:
+            self.repo.end_cycle(job_id, cycle, outcome, reason=reason)
+
+    def end_job(
+        self, job_id: str, state: str, exit_code: int, *, reason: str | None = None
+    ) -> None:
+        """Record the job's final state and exit code (`HistoryRepository.end_job`)."""
+        if self.repo is not None:
+            self.repo.end_job(job_id, state, exit_code, reason=reason)
+
+    def next_cycle(self, job_id: str) -> int:
+        """The job's next cycle number after its stored history (0 for a new job)."""
+        return 0 if self.repo is None else self.repo.next_cycle(job_id)
+
     def history(self, job_id: str | None, cycle: int | None) -> list[PriorCycle]:
         """The prior cycles the policy sees for (job, cycle): stored verdicts of cycles < cycle."""
         if self.repo is None or job_id is None or cycle is None:

@@ -4,8 +4,13 @@
 one cycle log per node per cycle (`launcher.cycle_log`), heartbeat hang detection
 (`launcher.heartbeat`), the attribution client (register at cycle start, request the
 analysis at cycle end without waiting, apply a STOP as soon as it arrives), and the node
-health preflight before each rendezvous. `launch(settings)` builds the rendezvous
-handler, the agent and its helpers, runs the job and returns the process exit code.
+health preflight before each rendezvous. It records the truth about the job: the end of
+every cycle and the job's final state with its exit code (through the attribution
+client, flushed before exit), machine-readable facts in each cycle log
+(`launcher.facts`), cycle numbers that continue a re-run job id and a restart budget that
+is job-wide across nodes (`launcher.jobwide`). `launch(settings)` builds the rendezvous
+handler, the agent and its helpers, runs the job and returns the process exit code;
+SIGINT/SIGTERM at any moment end it with 128+N, workers stopped and history flushed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,15 +35,21 @@ from torch.distributed.elastic.agent.server.api import (
 )
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousParameters,
+)
 from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
+from launcher import facts, jobwide
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings
 from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
+from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
 from launcher.straggler_scores import StragglerReports
 
@@ -47,6 +59,8 @@ EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action n
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
 
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
+STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -70,6 +84,10 @@ class _CycleState:
     stopped_by_verdict: bool = False
     ended: bool = False
     first_failed: set[int] | None = None  # local ranks that failed before elastic closed the rest
+    first_failed_at: float | None = None  # monotonic time the first failure was seen
+    ranks: tuple[int, ...] = ()  # global ranks of this node
+    iterations: dict[int, int] | None = None  # last iteration reported per global rank
+    exits: ExitTimes | None = None  # when each worker process exited (pidfds)
 
 
 @contextlib.contextmanager
@@ -102,6 +120,62 @@ def _describe_exit(rank: int, exitcode: int) -> str:
             name = f"signal {-exitcode}"
         return f"rank {rank} killed by signal {name}"
     return f"rank {rank} exited with code {exitcode}"
+
+
+_received: list[signal.Signals] = []  # signals received, in order (the handler appends)
+_on_later_signal: list[Any] = []  # called by the handler for every signal after the first
+
+
+def _raise_signal(signum: int, frame: Any) -> None:
+    """The first signal becomes a SignalException in the main thread, like elastic's own
+    handler; it is also remembered, so that one swallowed by a broad `except Exception`
+    on its way (in elastic or a library) is raised again at the agent's next step
+    (`_check_signal`).
+
+    Later signals never raise: they arrive while the launcher stops the workers and
+    flushes, or while the interpreter shuts down. An exception there (the old behaviour,
+    e.g. a second Ctrl-C) interrupts `threading._shutdown` or an atexit finalizer such as
+    the one that joins elastic's rendezvous keep-alive thread; that thread is then still
+    inside a TCPStore call when the interpreter finalizes, and the forced unwind of a
+    thread that cannot get the GIL back through C++ ends in `std::terminate`
+    ("terminate called without an active exception", exit 134). A later signal only asks
+    to abandon the history flush (`_on_later_signal`: sets flags, takes no lock)."""
+    sig = signal.Signals(signum)
+    _received.append(sig)
+    if len(_received) > 1:
+        for fn in list(_on_later_signal):
+            fn()
+        return
+    raise SignalException(f"process {os.getpid()} got signal {signum}", sig)
+
+
+def install_signal_handlers() -> dict[signal.Signals, Any]:
+    """From the launcher's first moment (before elastic installs the same handlers when
+    workers start), SIGINT/SIGTERM/SIGHUP/SIGQUIT end the job through `run_job`'s path:
+    workers stopped, history flushed, exit 128+N. Also when the shell started the
+    launcher with SIGINT ignored (a background job). Returns the handlers replaced."""
+    previous: dict[signal.Signals, Any] = {}
+    for sig in HANDLED_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
+            previous[sig] = signal.signal(sig, _raise_signal)
+    return previous
+
+
+def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[str, str]:
+    """The job's recorded final state and why, from the launcher's exit code."""
+    if code == EXIT_OK:
+        return "succeeded", "all ranks exited with code 0"
+    if code == EXIT_STOPPED and stop is not None:
+        return "stopped", f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
+    if code == EXIT_NODE_UNHEALTHY:
+        return "failed", "the node health preflight found this node unhealthy"
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        return "interrupted", f"the launcher received {name}; workers stopped"
+    return "failed", f"restart budget ({max_restarts}) spent"
 
 
 class RelaunchAgent(LocalElasticAgent):
@@ -147,7 +221,14 @@ class RelaunchAgent(LocalElasticAgent):
         self.health_reason: str | None = None
         self._monitor: RankMonitor | None = None
         self._gate_open = False
+        self._next_cycle_no: int | None = None  # agreed at each rendezvous (job-wide)
+        self._rdzv_rounds = 0
+        self._cycles_started = 0  # cycles run by this launcher (a continued job started later)
+        self._signal_seen = False  # run_job has handled a signal: no re-raise
+        self.recorded_stops: list[VerdictInfo] = []  # STOP verdicts only logged (action log)
+        self.final: tuple[str, int, str] | None = None  # (state, exit code, reason) recorded
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
+        self._stored_next = self.attribution.stored_next_cycle(settings.job_id)
 
     # -- printing ---------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -178,6 +259,17 @@ class RelaunchAgent(LocalElasticAgent):
 
     # -- callbacks from other threads ---------------------------------------------
     def _on_progress(self, cycle: int, rank: int, msg: dict) -> None:
+        with self._state_lock:
+            st = self._state
+            it = msg.get("i")
+            if (
+                st is not None
+                and st.cycle == cycle
+                and st.iterations is not None
+                and isinstance(it, int)
+                and not isinstance(it, bool)
+            ):
+                st.iterations[rank] = it
         parts = [f"progress rank={rank}"]
         if "i" in msg:
             parts.append(f"iteration={msg['i']}")
@@ -191,6 +283,13 @@ class RelaunchAgent(LocalElasticAgent):
         line = f"verdict cycle={v.cycle} decision={v.decision}{rule} source={v.source}: {v.reason}"
         self.say(line)
         self._event(line)
+        if v.decision == "STOP" and self.settings.ft_attribution_stop_action == "log":
+            self.recorded_stops.append(v)
+            self.say(
+                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only "
+                f"(--ft-attribution-stop-action log); the job goes on. "
+                f"--ft-attribution-stop-action no-restart acts on it ***"
+            )
         if (
             v.decision == "STOP"
             and self.settings.ft_attribution_stop_action == "no-restart"
@@ -211,7 +310,11 @@ class RelaunchAgent(LocalElasticAgent):
         return worker_group.group_rank if self.settings.max_nodes > 1 else None
 
     def _begin_cycle(self, worker_group: WorkerGroup) -> _CycleState:
-        self._cycle_no += 1
+        self._cycle_no = (
+            self._next_cycle_no if self._next_cycle_no is not None else self._cycle_no + 1
+        )
+        self._next_cycle_no = None
+        self._cycles_started += 1
         cycle, node = self._cycle_no, self._node(worker_group)
         self._last_node = node
         job_dir = self.settings.job_dir
@@ -227,16 +330,22 @@ class RelaunchAgent(LocalElasticAgent):
             console=self._console,
         )
         self.say(f"cycle {cycle} log: {log_path}")
-        st = _CycleState(cycle, node, log, log_path, spool, time.monotonic())
+        ranks = [w.global_rank for w in worker_group.workers]
+        st = _CycleState(
+            cycle, node, log, log_path, spool, time.monotonic(), ranks=tuple(ranks), iterations={}
+        )
         with self._state_lock:
             self._state = st
             self._last_log_path = log_path
             late, self._late_lines = self._late_lines, []
-        ranks = [w.global_rank for w in worker_group.workers]
+        world_size = worker_group.workers[0].world_size
         log.event(
             f"cycle {cycle} start: job={self.settings.job_id} node={node if node is not None else 0} "
-            f"ranks={ranks[0]}..{ranks[-1]} world_size={worker_group.workers[0].world_size} "
+            f"ranks={ranks[0]}..{ranks[-1]} world_size={world_size} "
             f"restarts_left={self._remaining_restarts}/{self.settings.max_restarts}"
+        )
+        log.event(
+            facts.cycle_start(cycle, self.settings.job_id, node, ranks, world_size, time.time())
         )
         for text in late:  # verdicts that arrived between two cycles
             log.event(text)
@@ -244,7 +353,8 @@ class RelaunchAgent(LocalElasticAgent):
         return st
 
     def _end_cycle(self, outcome: str) -> None:
-        """Close the cycle log; a failed cycle's analysis is requested (never awaited)."""
+        """Close the cycle log with its facts; record the end; a failed cycle's analysis is
+        requested (never awaited). `outcome`: succeeded | failed | stopped | interrupted."""
         self._heartbeats.sync()  # progress reports already sent belong in this log
         scores = self._stragglers.end_cycle()  # outside the lock: may wait for the store
         with self._state_lock:
@@ -253,22 +363,83 @@ class RelaunchAgent(LocalElasticAgent):
                 return
             if scores is not None:
                 st.log.event(scores)
-            st.log.event(
-                f"cycle {st.cycle} end: {outcome} after {time.monotonic() - st.started:.1f} s"
-            )
+            duration = time.monotonic() - st.started
+            monitor = self._monitor
+            client = bool(st.iterations) or bool(monitor is not None and monitor.ranks_seen())
+            st.log.event(facts.iterations(st.cycle, dict(st.iterations or {}), st.ranks, client))
+            st.log.event(facts.cycle_end(st.cycle, outcome, duration))
+            st.log.event(f"cycle {st.cycle} end: {outcome} after {duration:.1f} s")
             st.ended = True
         st.log.close()
-        if st.failure is not None and not st.stopped_by_verdict:
-            self.attribution.request_analysis(self.settings.job_id, st.cycle, st.log_path, st.node)
+        if st.exits is not None:
+            st.exits.close()
+        job = self.settings.job_id
+        reason = st.failure if outcome != "succeeded" else "all ranks exited with code 0"
+        # the analysis reads the end too: recorded first, so it is never left `registered`
+        self.attribution.end_cycle(job, st.cycle, outcome, reason)
+        if st.failure is not None and not st.stopped_by_verdict and outcome == "failed":
+            self.attribution.request_analysis(job, st.cycle, st.log_path, st.node)
 
     # -- elastic hooks ------------------------------------------------------------
+    def _check_signal(self) -> None:
+        """Raise again a signal whose SignalException was lost on its way up."""
+        if _received and not self._signal_seen:
+            sig = _received[0]
+            raise SignalException(f"process {os.getpid()} got signal {int(sig)}", sig)
+
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        self._check_signal()
         self._preflight()
         if self.settings.max_nodes > 1:
             super()._rendezvous(worker_group)
-            return
-        with _no_join_skew():
-            super()._rendezvous(worker_group)
+        else:
+            with _no_join_skew():
+                super()._rendezvous(worker_group)
+        self._rdzv_rounds += 1
+        self._check_signal()
+        self._agree(worker_group)
+
+    def _first_cycle(self) -> int:
+        """Where this job id's cycles continue: after the stored history and the cycle logs
+        already in the log folder (0 for a new job)."""
+        from_logs = jobwide.next_cycle_in(self.settings.job_dir)
+        try:
+            stored = self._stored_next.result(timeout=STORED_HISTORY_WAIT_S)
+        except FutureTimeout:
+            self._warn(
+                f"the stored history did not answer within {STORED_HISTORY_WAIT_S:g} s; "
+                "numbering cycles from the log folder"
+            )
+            stored = None
+        first = max(from_logs, stored or 0)
+        if first:
+            self.say(
+                f"job {self.settings.job_id} continues: {first} earlier cycle(s) in its "
+                f"history or log folder; this run starts at cycle {first}"
+            )
+        return first
+
+    def _agree(self, worker_group: WorkerGroup) -> None:
+        """Adopt the job-wide cycle number and restart budget (max over the nodes)."""
+        local = self._cycle_no + 1 if self._cycle_no >= 0 else self._first_cycle()
+        used = self.settings.max_restarts - self._remaining_restarts
+        mine = jobwide.Proposal(local, used)
+        tag = str(self._rdzv_rounds) if self.settings.rdzv_backend == "static" else ""
+        try:
+            agreed = jobwide.agree(
+                worker_group.store,
+                worker_group.group_rank,
+                worker_group.group_world_size,
+                mine,
+                tag=tag,
+            )
+        except SignalException:
+            raise
+        except Exception as exc:  # a node gone between the rendezvous and the exchange
+            self._warn(f"cycle number and budget not agreed with the other nodes: {exc}")
+            agreed = mine
+        self._next_cycle_no = agreed.next_cycle
+        self._remaining_restarts = max(0, self.settings.max_restarts - agreed.restarts_used)
 
     def _preflight(self) -> None:
         s = self.settings
@@ -281,7 +452,28 @@ class RelaunchAgent(LocalElasticAgent):
         if not report.healthy:
             self.health_reason = report.reason
             self._record_exclusion(report)
+            self._leave_round()
             raise _NodeUnhealthy(report.reason)
+
+    def _leave_round(self) -> None:
+        """Leave the rendezvous round this node was in, now that its health result is
+        known: the other nodes' next round then starts on that result, not when this
+        node's keep-alive heartbeats expire (15 s by default, and while the check runs
+        they keep the node in the round). Best effort on elastic's dynamic rendezvous;
+        other backends keep their own rules."""
+        if self._cycle_no < 0:
+            return  # never joined a round
+        handler = self._worker_group.spec.rdzv_handler
+        try:
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+                _RendezvousExitOp,
+            )
+
+            handler._stop_heartbeats()
+            deadline = handler._get_deadline(handler._settings.timeout.close)
+            handler._op_executor.run(_RendezvousExitOp(), deadline)
+        except (AttributeError, ImportError, RuntimeError, TimeoutError, RendezvousError) as exc:
+            self.say(f"note: could not leave the rendezvous round early ({exc})")
 
     def _record_exclusion(self, report: Any) -> None:
         """The verdict of the cycle that just ended records that this node leaves the job
@@ -291,6 +483,12 @@ class RelaunchAgent(LocalElasticAgent):
         cycle, record = exclusion_record(
             report, last_cycle=self._cycle_no, node_index=self._last_node
         )
+        if self._cycle_no >= 0:
+            self._event(
+                facts.node_health(
+                    self._cycle_no, str(record.get("node")), False, str(report.reason)
+                )
+            )
         try:
             path = write_record(self.settings.job_dir, record)
             self.say(f"node health report written to {path}")
@@ -300,6 +498,7 @@ class RelaunchAgent(LocalElasticAgent):
             self.attribution.report_node_health(self.settings.job_id, cycle, record)
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        self._check_signal()
         with self._state_lock:
             stopping = self.stop_verdict is not None
             self._stop_applied = self._stop_applied or stopping
@@ -323,6 +522,9 @@ class RelaunchAgent(LocalElasticAgent):
             store=worker_group.store if multi else None, nodes=worker_group.group_world_size,
         )  # fmt: skip
         pids = super()._start_workers(worker_group)
+        by_local = {w.local_rank: w.global_rank for w in worker_group.workers}
+        st.exits = ExitTimes({by_local[lr]: pid for lr, pid in pids.items() if lr in by_local})
+        install_signal_handlers()  # elastic installed its own (same effect, not remembered)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)
         st.log.add_ranks({w.local_rank: w.global_rank for w in worker_group.workers}, st.spool)
@@ -344,11 +546,13 @@ class RelaunchAgent(LocalElasticAgent):
         def close(death_sig: signal.Signals | None = None, timeout: float | None = None) -> None:
             if st.first_failed is None:
                 st.first_failed = set(getattr(pc, "_failures", {}).keys())
+                st.first_failed_at = time.monotonic()
             original(death_sig, timeout_s if timeout is None else timeout)
 
         pc.close = close  # type: ignore[method-assign]
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        self._check_signal()
         st = self._state
         with self._state_lock:  # read and mark together: a withdrawal cannot slip between
             v = self.stop_verdict if st is not None and not st.ended else None
@@ -388,6 +592,16 @@ class RelaunchAgent(LocalElasticAgent):
                     )
                 if hang.others:
                     text += f"; also silent: ranks {','.join(map(str, hang.others))}"
+                st.log.event(
+                    facts.hang(
+                        st.cycle,
+                        hang.rank,
+                        hang.silent_for,
+                        hang.section,
+                        hang.initial,
+                        hang.others,
+                    )
+                )
                 st.log.event(text)
                 self.say(f"cycle {st.cycle}: {text}")
                 st.failure = text
@@ -409,19 +623,42 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _describe_failures(self, st: _CycleState, result: RunResult) -> str:
         first = st.first_failed
-        roots, followers = [], []
+        now = time.monotonic()
+        first_t = (st.first_failed_at or now) - st.started
+        roots: list[tuple[float, str]] = []
+        followers: list[int] = []
         for rank, f in sorted(result.failures.items()):
-            if first is None or f.local_rank in first:
-                roots.append(_describe_exit(rank, f.exitcode))
+            is_first = first is None or f.local_rank in first
+            exited = st.exits.get(rank) if st.exits is not None else None
+            st.log.event(
+                facts.rank_exit(
+                    st.cycle,
+                    rank,
+                    f.local_rank,
+                    st.node,
+                    f.exitcode,
+                    is_first,
+                    exited - st.started
+                    if exited is not None
+                    else (first_t if is_first else now - st.started),
+                )
+            )
+            if is_first:  # the earliest exit first (pidfd times; by rank without them)
+                roots.append(
+                    (exited if exited is not None else now, _describe_exit(rank, f.exitcode))
+                )
             else:
                 followers.append(rank)
-        for d in roots:
+        if followers:
+            st.log.event(facts.ranks_stopped(st.cycle, followers))
+        roots.sort(key=lambda r: r[0])
+        for _, d in roots:
             st.log.event(d)
         if followers:
             st.log.event(
                 f"ranks {','.join(map(str, followers))} stopped by the launcher after the failure above"
             )
-        return "; ".join(roots)
+        return "; ".join(d for _, d in roots)
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
@@ -431,7 +668,15 @@ class RelaunchAgent(LocalElasticAgent):
                 f"stopping workers (terminate, force after {self.settings.workers_stop_timeout:g} s)"
             )
         self._shutdown(timeout=self._shutdown_timeout)
-        self._end_cycle("failed" if st is None or st.failure else "stopped")
+        if st is None or st.ended:
+            return
+        if st.stopped_by_verdict:
+            self._end_cycle("stopped")
+        elif st.failure is not None:
+            self._end_cycle("failed")
+        else:  # healthy workers restarted because a node joined or left
+            st.failure = "stopped by the launcher: the rendezvous membership changed"
+            self._end_cycle("stopped")
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
@@ -449,8 +694,10 @@ class RelaunchAgent(LocalElasticAgent):
 
     # -- the whole job ------------------------------------------------------------
     def run_job(self) -> int:
-        """Run until success, budget exhausted or STOP; returns the exit code."""
+        """Run until success, budget spent, STOP or a signal; record the end; return the
+        exit code."""
         code = EXIT_FAILED
+        note: str | None = None
         try:
             result = self.run()
             if result is not None and not result.is_failed():
@@ -461,31 +708,69 @@ class RelaunchAgent(LocalElasticAgent):
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
             code = EXIT_NODE_UNHEALTHY
+        except SignalException as exc:  # elastic already stopped the workers with it
+            self._signal_seen = True
+            code = 128 + int(exc.sigval)
+            self.say(f"received {exc.sigval.name}; workers stopped")
+        except RendezvousClosedError:
+            note = "the rendezvous was closed by another node (the job ended there)"
+            self.say(note)
         finally:
             st = self._state
             if st is not None and not st.ended:
-                self._end_cycle("succeeded" if code == EXIT_OK else "failed")
-        # the last cycle's verdict is worth recording before the process ends
-        if code != EXIT_OK and not self.attribution.drain(timeout=60.0):
-            self.say("warning: the last verdict did not arrive within 60 s")
-        if self.stop_verdict is not None and code != EXIT_OK:
+                if code == EXIT_OK:
+                    self._end_cycle("succeeded")
+                elif code > 128:
+                    st.failure = st.failure or "interrupted by a signal"
+                    self._end_cycle("interrupted")
+                else:
+                    self._end_cycle("stopped" if st.stopped_by_verdict else "failed")
+        if code > 128:
+            self.attribution.skip_analyses()  # the user wants out: records only
+        elif code != EXIT_OK and not self.attribution.drain():
+            self.say("warning: the last verdict did not arrive within its time budget")
+        if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
             code = EXIT_STOPPED
             v = self.stop_verdict
             self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
             self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
         elif code == EXIT_OK:
-            self.say(f"job {self.settings.job_id} succeeded after {self._cycle_no + 1} cycle(s)")
-        elif code == EXIT_FAILED:
+            self.say(f"job {self.settings.job_id} succeeded after {self._cycles_started} cycle(s)")
+        elif code == EXIT_FAILED and note is None:
             self.say(
                 f"job {self.settings.job_id} failed: restart budget ({self.settings.max_restarts}) spent"
             )
             self._event(f"job failed (exit code {EXIT_FAILED}): restart budget spent")
+        for v in self.recorded_stops:
+            self.say(
+                f"note: STOP verdict for cycle {v.cycle} was recorded, not acted on: {v.reason}"
+            )
+        self._record_final(code, note)
         self._flush_late_lines()
         return code
 
+    def _record_final(self, code: int, note: str | None) -> None:
+        """The job's final state and exit code go to the history. A node that leaves an
+        elastic job (unhealthy) or whose job another node closed does not end the job."""
+        if note is not None:
+            return
+        if code == EXIT_NODE_UNHEALTHY and self.settings.max_nodes > 1:
+            return
+        state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
+        self.final = (state, code, reason)
+        self.attribution.end_job(self.settings.job_id, state, code, reason)
+
+    def abandon_flush(self) -> None:
+        """A signal after the first: stop waiting for the history (called from a signal
+        handler: sets flags only)."""
+        self.attribution.abandon()
+
     def close(self) -> None:
-        self.attribution.close()
-        self._heartbeats.close()
+        """Flush the history (sized to the work queued), then stop the helpers."""
+        try:
+            self.attribution.close()
+        finally:
+            self._heartbeats.close()
 
 
 def _worker_pythonpath() -> None:
@@ -565,24 +850,38 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
 
     if sink_factory is None and settings.ft_log_funnel:
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
-    spec = build_spec(settings)
-    agent = RelaunchAgent(
-        spec, settings, RankLogsSpecs(str(settings.job_dir)), attribution_factory, out, sink_factory
-    )
-    shutdown_rdzv = True
+    _received.clear()
+    previous = install_signal_handlers()
+    agent: RelaunchAgent | None = None
+    code = EXIT_FAILED
     try:
+        spec = build_spec(settings)
+        agent = RelaunchAgent(
+            spec,
+            settings,
+            RankLogsSpecs(str(settings.job_dir)),
+            attribution_factory,
+            out,
+            sink_factory,
+        )
+        _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
+        return code
+    except SignalException as exc:  # before the agent ran (building the rendezvous)
+        code = 128 + int(exc.sigval)
+        print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
+        return code
+    finally:
+        if agent is not None:
+            agent.close()
+            if agent.abandon_flush in _on_later_signal:
+                _on_later_signal.remove(agent.abandon_flush)
         # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
         # the other nodes go on without it, and a replacement node may join (closing would
-        # end the job everywhere).
-        shutdown_rdzv = code != EXIT_NODE_UNHEALTHY
-        return code
-    except SignalException as exc:
-        shutdown_rdzv = False
-        agent.say(f"received {exc.sigval.name}; workers stopped")
-        return 128 + int(exc.sigval)
-    finally:
-        agent.close()
-        if shutdown_rdzv:
+        # end the job everywhere); an interrupted launcher leaves it too, as torchrun does.
+        if agent is not None and code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED):
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                spec.rdzv_handler.shutdown()
+                agent._worker_group.spec.rdzv_handler.shutdown()
+        for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)

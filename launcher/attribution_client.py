@@ -9,20 +9,28 @@ Four implementations behind one interface, chosen by `--ft-attribution-endpoint`
   `GET /logs?log_path=...&wait=false` until `status == "completed"`).
 - `off`: nothing.
 
-No call blocks the restart path: `register`, `request_analysis` and `report_node_health`
-only queue work for one background thread, which delivers each verdict to the
-`on_verdict` callback (a cycle decided again after a node-health report is delivered once
-more, with `redecided=True`). Any failure (endpoint unreachable, engine error) becomes a
-RESTART verdict with `source="fallback"` and a warning: never a crash, never a STOP.
+No call blocks the restart path: `register`, `request_analysis`, `report_node_health`,
+`end_cycle` and `end_job` only queue work for one background thread, which delivers each
+verdict to the `on_verdict` callback (a cycle decided again after a node-health report is
+delivered once more, with `redecided=True`). Any failure (endpoint unreachable, engine
+error) becomes a RESTART verdict with `source="fallback"` and a warning: never a crash,
+never a STOP.
+
+Nothing queued is dropped on exit: each task carries a time budget (a write: seconds; an
+analysis: sized to its log), and `drain()`/`close()` wait for the budgets of the work
+still queued, so a job that fails in its first second still leaves its job row, cycles
+and end in the history; only work past its budget is abandoned, with a warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +51,20 @@ class VerdictInfo:
 
 
 GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
+WRITE_BUDGET_S = 30.0  # a history write (register, end, health): the database may be busy
+OPEN_BUDGET_S = 120.0  # opening and migrating the embedded database
+ANALYSIS_BASE_S = 30.0  # an analysis: this, plus its log at ANALYSIS_BYTES_PER_S
+ANALYSIS_BYTES_PER_S = 5e6  # far below the scanner's speed (~75 MB/s): a safe bound
+
+
+def analysis_budget(log_path: str) -> float:
+    """Seconds an analysis of `log_path` may take before it is given up at exit."""
+    try:
+        size = os.path.getsize(log_path)
+    except OSError:
+        size = 0
+    return ANALYSIS_BASE_S + size / ANALYSIS_BYTES_PER_S
+
 
 OnVerdict = Callable[[VerdictInfo], None]
 OnWarning = Callable[[str], None]
@@ -56,8 +78,12 @@ class AttributionClient:
     def __init__(self, on_verdict: OnVerdict, on_warning: OnWarning) -> None:
         self.on_verdict = on_verdict
         self.on_warning = on_warning
-        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], bool] | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._pending = 0
+        self._queued_budget = 0.0  # seconds of budget of the tasks not started yet
+        self._running_until: float | None = None  # deadline of the task running now
+        self._skip_analyses = False
+        self._abandoned = False  # a second signal: stop waiting for queued work
         self._cond = threading.Condition()
         # node-health records not yet sent, per (job, cycle): sent before that cycle's
         # analysis (so its first verdict records them) or on their own after it
@@ -73,7 +99,45 @@ class AttributionClient:
         self._submit(lambda: self._register(job_id, cycle, log_path, node))
 
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
-        self._submit(lambda: self._analyze_safely(job_id, cycle, log_path, node))
+        self._submit(
+            lambda: self._analyze_safely(job_id, cycle, log_path, node),
+            budget=self._analysis_budget(log_path),
+            analysis=True,
+        )
+
+    def end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
+        """Record how a cycle ended: succeeded | failed | stopped | interrupted."""
+        self._submit(
+            lambda: self._record_safely(
+                f"end of cycle {cycle}", lambda: self._end_cycle(job_id, cycle, outcome, reason)
+            )
+        )
+
+    def end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
+        """Record the job's final state (succeeded | failed | stopped | interrupted)."""
+        self._submit(
+            lambda: self._record_safely(
+                "end of the job", lambda: self._end_job(job_id, state, exit_code, reason)
+            ),
+            gated=False,
+        )
+
+    def stored_next_cycle(self, job_id: str) -> Future[int | None]:
+        """The job's next cycle number after the endpoint's stored history (None: unknown)."""
+        fut: Future[int | None] = Future()
+
+        def task() -> None:
+            try:
+                fut.set_result(self._next_cycle(job_id))
+            except Exception as exc:
+                self.on_warning(
+                    f"stored history of job {job_id} not readable ({self.name}): "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                fut.set_result(None)
+
+        self._submit(task, gated=False)
+        return fut
 
     def report_node_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> None:
         """A node failed (or passed) its health check at the end of `cycle`: record it with
@@ -90,21 +154,45 @@ class AttributionClient:
         """Workers run: the analysis thread may work."""
         self._gate.set()
 
-    def drain(self, timeout: float) -> bool:
-        """Wait up to `timeout` s for queued work (used only when the job is over)."""
+    def budget_left(self) -> float:
+        """Seconds the queued and running work may still take (the sum of their budgets)."""
+        with self._cond:
+            return self._time_left()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the queued work (when the job is over): up to `timeout` s, or by
+        default as long as the budgets of the work still queued allow. False: work is left."""
         self.release()
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                left = self._time_left() if deadline is None else deadline - time.monotonic()
+                if left <= 0 or self._abandoned:
                     return False
-                self._cond.wait(left)
+                self._cond.wait(min(left, 0.5))
         return True
 
-    def close(self) -> None:
+    def abandon(self) -> None:
+        """Stop waiting for queued work (safe in a signal handler: sets flags only)."""
+        self._abandoned = True
+        self._skip_analyses = True
+
+    def skip_analyses(self) -> None:
+        """Queued analyses are dropped (the job was interrupted); records are still written."""
+        self._skip_analyses = True
+
+    def close(self) -> bool:
+        """Flush the queued work within its budgets, then stop the thread. False (and a
+        warning) when some work was abandoned."""
+        done = self.drain()
         self._tasks.put(None)
-        self._thread.join(2.0)
+        if done:
+            self._thread.join(max(1.0, self.budget_left()))
+        if not done:
+            with self._cond:
+                left = self._pending
+            self.on_warning(f"{left} attribution task(s) abandoned at exit: over their time budget")
+        return done
 
     # -- to implement ---------------------------------------------------------
     def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
@@ -113,32 +201,70 @@ class AttributionClient:
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         raise NotImplementedError
 
+    def _analysis_budget(self, log_path: str) -> float:
+        return analysis_budget(log_path)
+
+    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
+        """Record the end of a cycle (best effort)."""
+
+    def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
+        """Record the job's final state (best effort)."""
+
+    def _next_cycle(self, job_id: str) -> int | None:
+        """The next cycle number after the stored history, None when there is none."""
+        return None
+
     def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
         """Store a node-health record with the cycle; return the re-decided verdict, if any."""
         return None
 
     # -- machinery ------------------------------------------------------------
-    def _submit(self, task: Callable[[], None], *, gated: bool = True) -> None:
+    def _submit(
+        self,
+        task: Callable[[], None],
+        *,
+        gated: bool = True,
+        budget: float = WRITE_BUDGET_S,
+        analysis: bool = False,
+    ) -> None:
         with self._cond:
             self._pending += 1
-        self._tasks.put((task, gated))
+            self._queued_budget += budget
+        self._tasks.put(_Task(task, gated, budget, analysis))
+
+    def _time_left(self) -> float:
+        """Like `budget_left`, with the condition already held."""
+        running = 0.0
+        if self._running_until is not None:
+            running = max(0.0, self._running_until - time.monotonic())
+        return running + self._queued_budget
 
     def _loop(self) -> None:
         while True:
             item = self._tasks.get()
             if item is None:
                 return
-            task, gated = item
-            if gated:
-                self._gate.wait(GATE_MAX_S)
+            with self._cond:
+                self._queued_budget = max(0.0, self._queued_budget - item.budget)
+                self._running_until = time.monotonic() + item.budget
             try:
-                task()
+                if item.gated:
+                    self._gate.wait(GATE_MAX_S)
+                if not (item.analysis and self._skip_analyses):
+                    item.run()
             except Exception as exc:  # a bug in a task must not kill the thread
                 self.on_warning(f"attribution task failed: {type(exc).__name__}: {exc}")
             finally:
                 with self._cond:
+                    self._running_until = None
                     self._pending -= 1
                     self._cond.notify_all()
+
+    def _record_safely(self, what: str, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except Exception as exc:
+            self.on_warning(f"{what} not recorded ({self.name}): {type(exc).__name__}: {exc}")
 
     def _send_health(self, job_id: str, cycle: int, *, redecided: bool) -> None:
         """Send the queued health records of (job, cycle); publish a re-decided verdict."""
@@ -165,6 +291,14 @@ class AttributionClient:
             self.on_warning(msg + "; treating as RESTART")
             verdict = VerdictInfo(cycle, "RESTART", f"no verdict ({msg})", None, "fallback")
         self.on_verdict(verdict)
+
+
+@dataclass(frozen=True)
+class _Task:
+    run: Callable[[], None]
+    gated: bool  # waits for the gate (analysis off the restart path)
+    budget: float  # seconds it may take before it is abandoned at exit
+    analysis: bool = False
 
 
 class OffClient(AttributionClient):
@@ -213,7 +347,7 @@ class EmbeddedClient(AttributionClient):
         self._repo: Any | None = None
         super().__init__(on_verdict, on_warning)
         # open (and migrate) the database at once, while the first workers start up
-        self._submit(self._open, gated=False)
+        self._submit(self._open, gated=False, budget=OPEN_BUDGET_S)
 
     def _open(self) -> None:
         from attribution.engine import AttributionEngine
@@ -262,10 +396,20 @@ class EmbeddedClient(AttributionClient):
         if self._engine is not None:
             self._engine.register_cycle(job_id, cycle, log_path, node=node)
 
-    def close(self) -> None:
-        super().close()
-        if self._engine is not None:
+    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
+        self._ready().end_cycle(job_id, cycle, outcome, reason=reason)
+
+    def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
+        self._ready().end_job(job_id, state, exit_code, reason=reason)
+
+    def _next_cycle(self, job_id: str) -> int | None:
+        return self._ready().next_cycle(job_id)
+
+    def close(self) -> bool:
+        done = super().close()
+        if self._engine is not None and not self._abandoned:
             self._engine.close(timeout=10.0)  # let audit listeners finish
+        return done
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
@@ -362,9 +506,40 @@ class HttpClient(AttributionClient):
         verdict = resp.json().get("verdict")
         return _from_verdict_dict(cycle, verdict, "http") if isinstance(verdict, dict) else None
 
-    def close(self) -> None:
-        super().close()
+    def _analysis_budget(self, log_path: str) -> float:
+        return self.verdict_timeout + 2 * (self._http.timeout.read or 5.0)
+
+    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
+        from urllib.parse import quote
+
+        body = {"outcome": outcome, "reason": reason}
+        resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/end", json=body)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"POST cycle end answered {resp.status_code}: {resp.text[:200]}")
+
+    def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
+        from urllib.parse import quote
+
+        body = {"state": state, "exit_code": exit_code, "reason": reason}
+        resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/end", json=body)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"POST job end answered {resp.status_code}: {resp.text[:200]}")
+
+    def _next_cycle(self, job_id: str) -> int | None:
+        from urllib.parse import quote
+
+        resp = self._http.get(f"/v1/jobs/{quote(job_id, safe='')}")
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise RuntimeError(f"GET job answered {resp.status_code}: {resp.text[:200]}")
+        last = resp.json().get("last_cycle")
+        return last + 1 if isinstance(last, int) and not isinstance(last, bool) else None
+
+    def close(self) -> bool:
+        done = super().close()
         self._http.close()
+        return done
 
 
 def make_client(

@@ -193,8 +193,8 @@ OPTIONS: tuple[Option, ...] = (
         "--ft-attribution-stop-action",
         "ft_attribution_stop_action",
         str,
-        "no-restart",
-        "what a STOP verdict does",
+        "log",
+        "what a STOP verdict does: log (record and print it) or no-restart (end the job)",
         choices=STOP_ACTIONS,
     ),
     Option(
@@ -315,7 +315,7 @@ class RunSettings:
     monitor_interval: float = 0.1
     log_dir: str = "relaunch-logs"
     ft_attribution_endpoint: str = "embedded"
-    ft_attribution_stop_action: str = "no-restart"
+    ft_attribution_stop_action: str = "log"
     ft_db_url: str = ""
     ft_audit_dir: str = ""
     ft_heartbeat_timeout: float | None = 60.0

@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             "workers_stop_timeout": 5.0,
             "ft_gpu_health": "off",
             "redirects": "3",  # worker output stays in the cycle logs; the demo tells the story
+            # the demo's story ends with a STOP that ends the job: it opts in to acting
+            "ft_attribution_stop_action": "no-restart",
         }
     )
     print(f"relaunch demo: job {job_id}: 2 ranks, gloo on CPU, work dir {work}", flush=True)

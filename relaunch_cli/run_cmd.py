@@ -12,8 +12,9 @@ import argparse
 import difflib
 import os
 import re
+import signal
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from relaunch_cli import llm_options
 from relaunch_cli.errors import UserError
@@ -39,7 +40,31 @@ class _OneLineParser(argparse.ArgumentParser):
         return f" (did you mean {close[0]}?)" if close else f" (see {self.prog} --help)"
 
 
+_EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """A signal before the job started (while torch is imported, options are checked)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise _Interrupted(signum)
+
+
+def _install_early_handlers() -> None:
+    """Until `launch` installs the job's handlers, SIGINT/SIGTERM/SIGHUP/SIGQUIT end
+    `relaunch run` with 128+N and one line (no worker exists yet), also when the shell
+    started it with SIGINT ignored; `launch` takes over from its first line."""
+    for sig in _EARLY_SIGNALS:
+        signal.signal(sig, _interrupted)
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
+    _install_early_handlers()
     from launcher import config
 
     parser = _OneLineParser(
@@ -82,6 +107,12 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
         ) from None
     if not os.access(settings.job_dir, os.W_OK):
         raise UserError(f"log folder is not writable: {settings.job_dir}")
+    from launcher.validate import check_settings
+
+    try:
+        check_settings(settings)  # every option that points somewhere, before any worker
+    except config.ConfigError as exc:
+        raise UserError(str(exc)) from None
     try:
         settings.llm_config = llm_options.config_from_args(args)
     except ValueError as exc:
@@ -90,9 +121,19 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    for warning in settings.warnings:
-        print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
-    from launcher.agent import launch
+    _install_early_handlers()
+    try:
+        settings = settings_from_args(args)
+        for warning in settings.warnings:
+            print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
+        from launcher.agent import launch
 
-    return launch(settings)
+        return launch(settings)
+    except _Interrupted as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"relaunch run: interrupted by {name} before the job started", file=sys.stderr)
+        return 128 + exc.signum
+    finally:
+        # the job is over: a signal now must not raise inside the interpreter's shutdown
+        for sig in _EARLY_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

@@ -54,6 +54,10 @@ class Job(Base):
     last_cycle: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # revision 0007: how the launcher ended the job (None while it runs)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    end_reason: Mapped[str | None] = mapped_column(Text)
 
     cycles: Mapped[list[Cycle]] = relationship(back_populates="job", passive_deletes=True)
 
@@ -73,7 +77,8 @@ class Cycle(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
     cycle: Mapped[int] = mapped_column(Integer, nullable=False)
-    # "registered" (log known, not analysed), "analysed"
+    # "registered" (log known, running), "ended" (the launcher recorded its end, not
+    # analysed), "analysed"
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="registered")
     node: Mapped[str | None] = mapped_column(String(255))
     log_path: Mapped[str | None] = mapped_column(Text)
@@ -103,7 +108,10 @@ class Cycle(Base):
     # by its verdict), and why the last one failed
     analysis_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     analysis_error: Mapped[str | None] = mapped_column(Text)
-    # revision 0007: the launcher's straggler scores of this cycle (docs/straggler.md)
+    # revision 0007: how the cycle ended, as the launcher saw it
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    end_reason: Mapped[str | None] = mapped_column(Text)
+    # revision 0008: the launcher's straggler scores of this cycle (docs/straggler.md)
     stragglers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     job: Mapped[Job] = relationship(back_populates="cycles")

@@ -34,6 +34,9 @@ class JobRecord:
     last_rule: str | None = None
     last_failure_class: str | None = None
     last_analysed_at: datetime | None = None
+    exit_code: int | None = None  # set with the final state (`end_job`)
+    ended_at: datetime | None = None
+    end_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
@@ -43,7 +46,7 @@ class JobRecord:
 class CycleRecord:
     job_id: str
     cycle: int
-    status: str  # "registered" | "analysed"
+    status: str  # "registered" | "ended" | "analysed"
     node: str | None = None
     log_path: str | None = None
     log_size: int | None = None
@@ -68,7 +71,9 @@ class CycleRecord:
     audit_path: str | None = None
     analysis_requested_at: datetime | None = None  # an analysis in flight (or killed)
     analysis_error: str | None = None  # why the last analysis failed
-    stragglers: dict[str, Any] | None = None  # straggler scores (revision 0007)
+    outcome: str | None = None  # succeeded | failed | stopped | interrupted (`end_cycle`)
+    end_reason: str | None = None
+    stragglers: dict[str, Any] | None = None  # straggler scores (revision 0008)
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property

@@ -38,9 +38,13 @@ _LIST_COLUMNS = tuple(
 _LIST_COLUMNS_FULL = _LIST_COLUMNS + tuple(Cycle.__table__.columns[n] for n in _JSON_COLUMNS)
 
 MAX_EVIDENCE_ROWS = 200
-JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
-# set only by the launcher (set_job_state); a later verdict never overwrites them
-FINAL_JOB_STATES = ("succeeded", "failed")
+JOB_STATES = ("running", "succeeded", "failed", "stopped", "interrupted", "unknown")
+# set only by the launcher (end_job, set_job_state); a later verdict never overwrites them
+FINAL_JOB_STATES = ("succeeded", "failed", "interrupted")
+# how a job ends (end_job) and how a cycle ends (end_cycle)
+END_STATES = ("succeeded", "failed", "stopped", "interrupted")
+CYCLE_OUTCOMES = END_STATES
+_MAX_REASON = 2000
 _MAX_JOB_ID = 255
 
 
@@ -206,7 +210,11 @@ class HistoryRepository:
         def op(session: Session) -> CycleRecord:
             job = self._job(session, job_id)
             assert job is not None
+            newest = job.last_cycle is None or cycle > job.last_cycle
             row, created = self._cycle_row(session, job, cycle)
+            if created and newest and job.ended_at is not None:
+                # the same job id started again (a re-submitted job): it runs again
+                job.state, job.exit_code, job.ended_at, job.end_reason = "running", None, None, None
             if log_path is not None:
                 row.log_path = str(log_path)
             if node is not None:
@@ -424,6 +432,61 @@ class HistoryRepository:
         when = ended_at or _now()
         self._update_cycle(job_id, cycle, lambda row: setattr(row, "ended_at", when))
 
+    def end_cycle(
+        self,
+        job_id: str,
+        cycle: int,
+        outcome: str,
+        *,
+        reason: str | None = None,
+        ended_at: datetime | None = None,
+    ) -> None:
+        """Record how a cycle ended (`CYCLE_OUTCOMES`), as the launcher saw it.
+
+        A cycle not analysed yet goes from `registered` to `ended`; an analysed cycle keeps
+        its verdict and status. The cycle is created when it is not known yet.
+        """
+        if outcome not in CYCLE_OUTCOMES:
+            raise ValueError(
+                f"cycle outcome must be one of {', '.join(CYCLE_OUTCOMES)}; got {outcome!r}"
+            )
+        when = ended_at or _now()
+        text = _str_or_none(reason, _MAX_REASON)
+
+        def apply(row: Cycle) -> None:
+            row.outcome, row.end_reason, row.ended_at = outcome, text, when
+            if row.status == "registered":
+                row.status = "ended"
+
+        self._update_cycle(job_id, cycle, apply)
+
+    def end_job(
+        self, job_id: str, state: str, exit_code: int, *, reason: str | None = None
+    ) -> None:
+        """Record the job's final state (`END_STATES`) and the launcher's exit code.
+
+        `succeeded`, `failed` and `interrupted` are never overwritten by a later verdict;
+        a new cycle registered for the same job id (`register_cycle`) makes it `running`
+        again and clears the end.
+        """
+        job_id = _check_job_id(job_id)
+        if state not in END_STATES:
+            raise ValueError(
+                f"final job state must be one of {', '.join(END_STATES)}; got {state!r}"
+            )
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int):
+            raise ValueError(f"exit_code must be an integer, got {exit_code!r}")
+        text = _str_or_none(reason, _MAX_REASON)
+
+        def op(session: Session) -> None:
+            job = self._job(session, job_id)
+            assert job is not None
+            now = _now()
+            job.state, job.exit_code, job.end_reason = state, exit_code, text
+            job.ended_at = job.updated_at = now
+
+        self._write_retrying(op)
+
     def set_job_state(self, job_id: str, state: str) -> None:
         """Set a job's state: one of `JOB_STATES`."""
         job_id = _check_job_id(job_id)
@@ -596,6 +659,9 @@ class HistoryRepository:
                         last_rule=cyc.rule if cyc else None,
                         last_failure_class=cyc.failure_class if cyc else None,
                         last_analysed_at=as_utc(cyc.analysed_at) if cyc else None,
+                        exit_code=job.exit_code,
+                        ended_at=as_utc(job.ended_at),
+                        end_reason=job.end_reason,
                     )
                 )
             return out
@@ -983,5 +1049,7 @@ def _cycle_record(
         analysis_requested_at=as_utc(row.analysis_requested_at),
         analysis_error=row.analysis_error,
         stragglers=row.stragglers if with_verdict else None,
+        outcome=row.outcome,
+        end_reason=row.end_reason,
         evidence=evidence,
     )

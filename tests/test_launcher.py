@@ -211,7 +211,10 @@ def test_deterministic_bug_stopped_by_verdict(tmp_path: Path) -> None:
         pytest.skip(why)
     r = run_relaunch(
         tmp_path,
-        job_args(tmp_path, "bug", "--max-restarts", "5") + [str(WORKER), "--mode", "bug"],
+        job_args(
+            tmp_path, "bug", "--max-restarts", "5", "--ft-attribution-stop-action", "no-restart"
+        )
+        + [str(WORKER), "--mode", "bug"],
     )
     assert r.returncode == 3, r.stderr
     decisions = re.findall(r"relaunch: verdict cycle=(\d+) decision=(\w+)", r.stderr)

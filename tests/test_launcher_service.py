@@ -95,7 +95,16 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def test_bug_stopped_by_service_verdict(tmp_path: Path, service: str) -> None:
     r = run_relaunch(
         tmp_path,
-        job_args(tmp_path, "svc", "--max-restarts", "4", "--ft-attribution-endpoint", service)
+        job_args(
+            tmp_path,
+            "svc",
+            "--max-restarts",
+            "4",
+            "--ft-attribution-endpoint",
+            service,
+            "--ft-attribution-stop-action",
+            "no-restart",
+        )
         + [str(WORKER), "--mode", "bug"],
     )
     assert r.returncode == 3, r.stderr
@@ -137,3 +146,54 @@ def test_unhealthy_node_report_reaches_the_service_verdict(tmp_path: Path, servi
     assert [n["node"] for n in cyc["verdict"]["node_health"]] == [host]
     assert f"Node {host} failed its health check and is left out of cycle 1" in cyc["basis"]
     assert re.search(r"verdict cycle=0 decision=RESTART .*left out of cycle 1", r.stderr)
+
+
+def _client(service: str) -> httpx.Client:
+    if service.startswith("unix://"):
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=service[len("unix://") :]), base_url="http://svc"
+        )
+    return httpx.Client(base_url=service)
+
+
+def test_job_end_reaches_the_service(tmp_path: Path, service: str) -> None:
+    """Through the HTTP client a finished job is recorded as it ended: cycle 0 failed
+    (and analysed), cycle 1 succeeded, the job succeeded with exit code 0."""
+    r = run_relaunch(
+        tmp_path,
+        job_args(tmp_path, "svcend", "--ft-attribution-endpoint", service)
+        + [str(WORKER), "--mode", "crash_once"],
+    )
+    assert r.returncode == 0, r.stderr
+    with _client(service) as client:
+        job = client.get("/v1/jobs/svcend").json()
+    assert (job["state"], job["exit_code"]) == ("succeeded", 0), job
+    cycles = {c["cycle"]: c for c in job["cycle_list"]}
+    assert sorted(cycles) == [0, 1]
+    assert cycles[1]["status"] == "ended", cycles[1]
+
+
+def test_end_routes_reject_bad_input(tmp_path: Path, service: str) -> None:
+    """Bad ends are a 4xx in the error model and store nothing."""
+    with _client(service) as client:
+        bad = [
+            ("/v1/jobs/j/end", {"state": "running", "exit_code": 0}),
+            ("/v1/jobs/j/end", {"state": "failed", "exit_code": "1"}),
+            ("/v1/jobs/j/end", {"state": "failed", "exit_code": 300}),
+            ("/v1/jobs/j/end", {"state": "failed", "exit_code": 1, "extra": 1}),
+            ("/v1/jobs/j/cycles/0/end", {"outcome": "exploded"}),
+            ("/v1/jobs/j/cycles/-1/end", {"outcome": "failed"}),
+            ("/v1/jobs/%2E%2E/end", {"state": "failed", "exit_code": 1}),
+        ]
+        for path, body in bad:
+            resp = client.post(path, json=body)
+            assert 400 <= resp.status_code < 500, (path, body, resp.text)
+            assert set(resp.json()) == {"error_code", "message"}, resp.text
+        assert client.get("/v1/jobs").json()["jobs"] == []
+        ok = client.post("/v1/jobs/j/cycles/0/end", json={"outcome": "failed", "reason": "x"})
+        assert ok.status_code == 200, ok.text
+        ok = client.post("/v1/jobs/j/end", json={"state": "failed", "exit_code": 1})
+        assert ok.status_code == 200, ok.text
+        job = client.get("/v1/jobs/j").json()
+    assert (job["state"], job["exit_code"]) == ("failed", 1)
+    assert job["cycle_list"][0]["status"] == "ended"

@@ -243,7 +243,7 @@ def test_resolve_precedence_default_yaml_cli(tmp_path: Path) -> None:
     assert s.ft_initial_heartbeat_timeout == 99.0
     assert s.ft_attribution_endpoint == "off" and s.ft_gpu_health == "off"
     assert s.workers_stop_timeout == 15.0 and s.sources["workers_stop_timeout"] == "default"
-    assert s.ft_attribution_stop_action == "no-restart"
+    assert s.ft_attribution_stop_action == "log"  # the seed's default: record, do not act
     assert s.job_id.startswith("job-") and s.rdzv_id == s.job_id
     assert s.rdzv_endpoint == "127.0.0.1:0"
 

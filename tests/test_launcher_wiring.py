@@ -195,10 +195,37 @@ def test_node_failing_its_check_after_a_cycle_is_in_that_cycles_verdict(tmp_path
     assert audit["inputs"]["node_health"][0]["node"] == host
 
 
+ELASTIC_WORKER = """
+import os, signal, sys, time
+import torch, torch.distributed as dist
+from launcher.client import heartbeat
+marker = sys.argv[1]
+heartbeat()
+world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+if world == 1 and not os.path.exists(marker):
+    # alone before the other node arrived: wait; elastic restarts us when it joins
+    while True:
+        time.sleep(0.5)
+        heartbeat()
+dist.init_process_group("gloo")
+print(f"hello from rank {rank} of {world}", flush=True)
+if world == 2 and rank == 1:
+    open(marker, "w").write("crashed")
+    os.kill(os.getpid(), signal.SIGKILL)
+t = torch.ones(1)
+dist.all_reduce(t)  # with 2 ranks, rank 0 fails here: its peer is gone
+dist.destroy_process_group()
+"""
+
+
 def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> None:
-    """--nnodes 1:2: after cycle 0 one launcher's node fails its check and leaves; the other
-    (the rendezvous host) runs cycle 1 alone and succeeds; cycle 0's verdict names the node
-    that left."""
+    """--nnodes 1:2: in the first cycle with both nodes, rank 1 dies; one launcher's node
+    then fails its health check and leaves; the other (the rendezvous host) runs the next
+    cycle alone and succeeds; the crashed cycle's verdict names the node that left.
+
+    Timing-free: the worker waits while it is alone before the crash (if the host's first
+    round completes before the other node arrives, elastic restarts it when that node
+    joins), and the leaving node leaves the round as soon as its check failed."""
     import json
     import socket
     import subprocess
@@ -209,6 +236,8 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
 
     if why := engine_available():
         pytest.skip(why)
+    script, marker = tmp_path / "elastic.py", tmp_path / "crashed"
+    script.write_text(ELASTIC_WORKER)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -222,7 +251,7 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
             "--log-dir", str(tmp_path / "logs"), "--job-id", "el",
             "--ft-db-url", f"sqlite:///{tmp_path / f'{name}.db'}",  # each node its own history
             "--workers-stop-timeout", "3", "--ft-gpu-health", "off", *extra,
-            str(WORKER), "--mode", "crash_once",
+            str(script), str(marker),
         ]  # fmt: skip
         return subprocess.Popen(
             cmd, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
@@ -233,23 +262,29 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
     with start_health_service("fail_after_first") as endpoint:
         # the first launcher hosts the c10d store: the one that stays must be the host
         well = launcher("well")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
         sick = launcher("sick", "--ft-node-health-check-endpoint", endpoint)
-        errs = [p.communicate(timeout=100)[1] for p in (sick, well)]
+        errs = [p.communicate(timeout=200)[1] for p in (sick, well)]
     assert [sick.returncode, well.returncode] == [4, 0], errs
-    logs = cycle_logs(tmp_path, "el")
-    assert "cycle_0.node0.log" in logs and "cycle_0.node1.log" in logs, logs
-    assert [n for n in logs if n.startswith("cycle_1")] == ["cycle_1.node0.log"], logs
-    survivor = (tmp_path / "logs" / "el" / "cycle_1.node0.log").read_text()
+    job = tmp_path / "logs" / "el"
+    by_cycle: dict[int, list[str]] = {}
+    for name in cycle_logs(tmp_path, "el"):
+        by_cycle.setdefault(int(re.match(r"cycle_(\d+)\.", name).group(1)), []).append(name)
+    last = max(by_cycle)
+    crashed = last - 1
+    assert len(by_cycle[crashed]) == 2, by_cycle  # both nodes ran the cycle that crashed
+    assert any("killed by signal SIGKILL" in (job / n).read_text() for n in by_cycle[crashed])
+    (alone,) = by_cycle[last]
+    survivor = (job / alone).read_text()
     assert "world_size=1" in survivor and "all ranks exited with code 0" in survivor
-    (written,) = (tmp_path / "logs" / "el" / "node_health").glob("node*.cycle_1.json")
+    (written,) = (job / "node_health").glob(f"node*.cycle_{last}.json")
     record = json.loads(written.read_text())
     assert record["node"] in ("node0", "node1") and record["healthy"] is False
-    rec = _db_verdict(tmp_path, "el", 0, tmp_path / "sick.db")  # the leaving node's history
+    rec = _db_verdict(tmp_path, "el", crashed, tmp_path / "sick.db")  # the leaving node's history
     assert [n["node"] for n in rec.verdict["node_health"]] == [record["node"]]
-    assert rec.node_health[record["node"]]["excluded_from_cycle"] == 1
+    assert rec.node_health[record["node"]]["excluded_from_cycle"] == last

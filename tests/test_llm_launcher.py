@@ -38,6 +38,8 @@ def _run(tmp_path: Path, job: str, server: LLMServer, model: str, key: Path):  #
             str(key),
             "--ft-llm-timeout",
             "20",
+            "--ft-attribution-stop-action",  # a STOP is only logged by default: act on it
+            "no-restart",
         )  # fmt: skip
         # 2 s between a cycle's start and its KeyError: time for the model, even under load
         + [str(WORKER), "--mode", "bug", "--step-sleep", "1"],

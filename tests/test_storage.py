@@ -399,3 +399,66 @@ def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(url):
         bulk_insert_cycles(repo, "bulk2", [{"cycle": 9, "no_such_column": 1}])
     assert repo.get_job("bulk2").cycles == 5  # the bad batch stored nothing
     repo.close()
+
+
+def test_end_cycle_and_end_job_record_how_a_job_ended(url):
+    """A succeeded job is not left `running` with its last cycle `registered`."""
+    repo = open_repository(url)
+    repo.register_cycle("e", 0, "/l/0.log")
+    assert repo.get_cycle("e", 0).status == "registered"
+    repo.end_cycle("e", 0, "succeeded", reason="all ranks exited with code 0")
+    rec = repo.get_cycle("e", 0)
+    assert (rec.status, rec.outcome, rec.end_reason) == (
+        "ended",
+        "succeeded",
+        "all ranks exited with code 0",
+    )
+    assert rec.ended_at is not None
+    repo.end_job("e", "succeeded", 0, reason="1 cycle")
+    job = repo.get_job("e")
+    assert (job.state, job.exit_code, job.end_reason) == ("succeeded", 0, "1 cycle")
+    assert job.ended_at is not None and job.to_dict()["exit_code"] == 0
+    # an analysed cycle keeps its status and verdict when its end is recorded after it
+    repo.save_verdict("e", 1, verdict("RESTART"))
+    repo.end_cycle("e", 1, "failed", reason="rank 1 exited with code 7")
+    rec = repo.get_cycle("e", 1)
+    assert (rec.status, rec.outcome, rec.decision) == ("analysed", "failed", "RESTART")
+    assert [c.outcome for c in repo.list_cycles("e", with_verdict=False)] == [
+        "succeeded",
+        "failed",
+    ]
+    repo.close()
+
+
+def test_an_ended_job_started_again_runs_and_keeps_its_history(url):
+    repo = open_repository(url)
+    repo.register_cycle("again", 0, "/l/0.log")
+    repo.end_cycle("again", 0, "failed")
+    repo.end_job("again", "interrupted", 130, reason="SIGINT")
+    repo.save_verdict("again", 0, verdict("STOP", rule="late"))  # a late verdict: kept final
+    assert repo.get_job("again").state == "interrupted"
+    repo.register_cycle("again", 0, "/l/0.log")  # re-registering an old cycle changes nothing
+    assert repo.get_job("again").state == "interrupted"
+    repo.register_cycle("again", 1, "/l/1.log")  # the same job id continues with cycle 1
+    job = repo.get_job("again")
+    assert (job.state, job.exit_code, job.ended_at, job.cycles) == ("running", None, None, 2)
+    repo.close()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda r: r.end_cycle("j", 0, "exploded"), "cycle outcome must be one of"),
+        (lambda r: r.end_cycle("j", -1, "failed"), "cycle must be a non-negative integer"),
+        (lambda r: r.end_job("j", "running", 0), "final job state must be one of"),
+        (lambda r: r.end_job("j", "failed", "1"), "exit_code must be an integer"),
+        (lambda r: r.end_job("j", "failed", True), "exit_code must be an integer"),
+        (lambda r: r.end_job("", "failed", 1), "job_id must be a non-empty string"),
+    ],
+)
+def test_bad_end_arguments_write_nothing(url, call, message):
+    repo = open_repository(url)
+    with pytest.raises(ValueError, match=message):
+        call(repo)
+    assert repo.list_jobs() == []
+    repo.close()

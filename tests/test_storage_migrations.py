@@ -119,3 +119,27 @@ def test_log_path_lookup_uses_the_index(tmp_path):
         ).fetchall()
     assert any("ix_cycles_log_path" in str(row) for row in plan), plan
     repo.close()
+
+
+def test_0007_adds_the_end_columns_and_keeps_data(url):
+    """At 0006 the end columns are absent; opening upgrades, and no job or cycle is lost
+    (a batch copy of `jobs` on SQLite would have cascaded into the cycles)."""
+    repo = open_repository(url)
+    repo.save_verdict("j", 0, verdict(), log_identity={"path": "/logs/a.log"})
+    repo.register_cycle("j", 1, "/logs/b.log")
+    repo.end_job("j", "failed", 1)
+    with repo.engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0006")
+    assert "exit_code" not in {c["name"] for c in inspect(repo.engine).get_columns("jobs")}
+    assert "outcome" not in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
+    repo.close()
+    repo = open_repository(url)
+    assert [c.cycle for c in repo.list_cycles("j")] == [0, 1]
+    assert repo.get_cycle("j", 0).verdict == verdict()
+    job = repo.get_job("j")
+    assert (job.state, job.exit_code) == ("failed", None)
+    repo.end_cycle("j", 1, "failed", reason="rank 0 exited with code 1")
+    repo.end_job("j", "failed", 1)
+    assert repo.get_cycle("j", 1).outcome == "failed"
+    assert repo.get_job("j").exit_code == 1
+    repo.close()

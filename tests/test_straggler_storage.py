@@ -1,4 +1,4 @@
-"""Straggler scores in storage (revision 0007): saved with the verdict or on their own,
+"""Straggler scores in storage (revision 0008): saved with the verdict or on their own,
 read back per job and cycle, kept out of the light cycle listing, bad input refused."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def _verdict(**extra: object) -> dict:
     return {"decision": "RESTART", "rule": "restart.cascade_only", "basis": "b", **extra}
 
 
-def test_migration_0007_adds_the_column(tmp_path: Path) -> None:
+def test_migration_0008_adds_the_column(tmp_path: Path) -> None:
     repo = open_repository(sqlite_url(tmp_path))
     try:
-        assert head_revision() == "0007"
+        assert head_revision() == "0008"
         cols = {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
         assert "stragglers" in cols
     finally:

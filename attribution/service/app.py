@@ -18,7 +18,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from attribution.service import routes_nvrx, routes_v1
+from attribution.service import routes_end, routes_nvrx, routes_v1
 from attribution.service.errors import install_handlers
 from attribution.service.limits import LimitsMiddleware
 from attribution.service.settings import ServiceSettings
@@ -65,6 +65,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     install_handlers(app)
     app.include_router(routes_nvrx.router)
     app.include_router(routes_v1.router)
+    app.include_router(routes_end.router)
     if settings.dashboard:
         _mount_dashboard(app, state)
     app.add_middleware(HeadAsGet)  # inside LimitsMiddleware: auth and limits see HEAD

@@ -18,13 +18,13 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-# 0005 (job and cycle end, another branch) may land first: then this revises "0005".
+# 0007 (job and cycle end) follows this one.
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-# Plain ADD/DROP COLUMN (no batch copy of `cycles`, see 0005).
+# Plain ADD/DROP COLUMN (no batch copy of `cycles`, see 0007).
 
 
 def upgrade() -> None:

@@ -4,8 +4,8 @@ What the launcher's straggler reports said about the cycle (docs/straggler.md): 
 named, the per-node scores of every rank and the suspect rank, as the verdict's
 `stragglers` field or as saved by `save_stragglers`.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-03 08:10:00
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | None = "0006"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

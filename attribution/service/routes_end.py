@@ -1,0 +1,61 @@
+"""`POST /v1/jobs/{job}/cycles/{n}/end` and `POST /v1/jobs/{job}/end`: how cycles and jobs end.
+
+The launcher's HTTP client reports the end of every cycle (its outcome) and the job's
+final state with its exit code, so the history of a job run against `relaunch serve`
+tells the same truth as the embedded one (`HistoryRepository.end_cycle` / `end_job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from attribution.service.errors import ERROR_RESPONSES, ApiError
+from attribution.service.routes_nvrx import state_of
+from attribution.service.state import MAX_CYCLE, check_job_id
+
+router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
+
+Ending = Literal["succeeded", "failed", "stopped", "interrupted"]
+
+
+class CycleEnd(BaseModel):
+    """How a cycle ended, as the launcher saw it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Ending
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class JobEnd(BaseModel):
+    """The job's final state and the launcher's exit code."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: Ending
+    exit_code: StrictInt = Field(ge=0, le=255)
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/end")
+async def end_cycle(job_id: str, cycle: int, body: CycleEnd, request: Request) -> dict[str, Any]:
+    """Record the end of a cycle (created when unknown); its verdict, if any, is kept."""
+    check_job_id(job_id)
+    if not 0 <= cycle <= MAX_CYCLE:
+        raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
+    repo = state_of(request).repo
+    await asyncio.to_thread(repo.end_cycle, job_id, cycle, body.outcome, reason=body.reason)
+    return {"job_id": job_id, "cycle": cycle, "outcome": body.outcome}
+
+
+@router.post("/jobs/{job_id}/end")
+async def end_job(job_id: str, body: JobEnd, request: Request) -> dict[str, Any]:
+    """Record the job's final state and exit code (a later verdict does not undo it)."""
+    check_job_id(job_id)
+    repo = state_of(request).repo
+    await asyncio.to_thread(repo.end_job, job_id, body.state, body.exit_code, reason=body.reason)
+    return {"job_id": job_id, "state": body.state, "exit_code": body.exit_code}

@@ -1,0 +1,61 @@
+"""Checks of `relaunch run`'s settings that need more than the option's type: done before
+anything starts (no worker, no rendezvous), each failure one line (`ConfigError`).
+
+`check_settings(settings)`: the history database URL of the embedded mode (scheme,
+dialect, driver, SQLite folder: what `storage.db.make_engine` needs, without connecting),
+the audit folder, the rendezvous backend, endpoint and `--rdzv-conf`. `launcher.config`
+checks each option's own value; this module checks what they point at.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.config import ConfigError, RunSettings
+
+RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
+
+
+def check_db_url(url: str) -> None:
+    """The embedded history database can be opened with this URL (not connected yet)."""
+    from storage.db import StorageError, make_engine
+
+    try:
+        engine = make_engine(url)
+    except StorageError as exc:
+        hint = ""
+        if url.startswith("postgres://"):
+            hint = " (SQLAlchemy spells it postgresql+psycopg2://USER:PASS@HOST/DB)"
+        raise ConfigError(f"--ft-db-url {url!r}: {exc}{hint}") from None
+    engine.dispose()
+
+
+def check_endpoint(text: str) -> None:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--rdzv-endpoint {text!r}: expected HOST:PORT")
+
+
+def check_settings(settings: RunSettings) -> None:
+    """Raise ConfigError (one line) for the first setting that cannot work."""
+    if settings.rdzv_backend not in RDZV_BACKENDS:
+        raise ConfigError(
+            f"--rdzv-backend {settings.rdzv_backend!r}: expected one of {', '.join(RDZV_BACKENDS)}"
+        )
+    check_endpoint(settings.rdzv_endpoint)
+    if settings.rdzv_backend == "static" and settings.rdzv_endpoint.endswith(":0"):
+        raise ConfigError("--rdzv-backend static needs --rdzv-endpoint HOST:PORT with a port")
+    from torch.distributed.run import _parse_rendezvous_config
+
+    try:
+        _parse_rendezvous_config(settings.rdzv_conf)
+    except ValueError as exc:
+        raise ConfigError(f"--rdzv-conf {settings.rdzv_conf!r}: {exc}") from None
+    if settings.ft_attribution_endpoint != "embedded":
+        return
+    check_db_url(settings.db_url())
+    audit = Path(settings.audit_dir())
+    try:
+        audit.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--ft-audit-dir {str(audit)!r}: {exc.strerror}") from None
