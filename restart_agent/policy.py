@@ -17,6 +17,8 @@ STOP
                                 times (iterations reported, not beyond the best)
 - `stop.job_no_progress_ceiling` `job_no_progress_ceiling` consecutive restarts without progress,
                                 whatever the roots (startup failures and hangs included)
+- `stop.unknown_progress_recurrence` an identical workload root on `job_no_progress_ceiling`
+                                consecutive cycles none of which showed progress (this one unknown)
 RESTART
 - `restart.progress`            the job advanced since the previous failures: counts reset
 - `restart.progress_unknown`    progress unknown in this cycle: counting rules never STOP on it
@@ -41,11 +43,14 @@ Progress of a cycle relative to the job (`history.progress_since_prior`, the rea
   iteration (`launcher_no_iteration`: the launcher saw the progress client and no iteration;
   `no_progress_ever`: no progress report and no cycle of the job ever progressed;
   `startup_window`: no report and the launcher says the cycle lasted at most
-  `startup_window_s`) - a startup failure;
+  `startup_window_s`; `initial_hang`: the launcher declared a hang before the first
+  heartbeat) - a startup failure;
 - "unknown": no progress report, and the job progressed before (`job_progressed_before`) or
   the launcher says the cycle ran longer than `startup_window_s` (`long_silent_cycle`: a
-  silent long-running job is not a startup loop). Unknown never counts toward a STOP
-  ceiling and never resets one.
+  silent long-running job is not a startup loop), or the log shows the job ran past startup
+  (`ran_past_startup`: an `activity` dialect, a high collective SeqNum). Unknown never counts
+  toward an infrastructure ceiling and never resets one; only an identical workload root
+  on `job_no_progress_ceiling` consecutive such cycles stops.
 The same-root ceiling counts only reported "none" cycles; startup failures count toward
 workload recurrence and the job ceiling.
 """

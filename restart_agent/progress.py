@@ -50,7 +50,9 @@ def _reading(raw: bytes, d: DialectRow, m: re.Match[bytes]) -> tuple[int | None,
     g = m.groupdict()
     if d.exclude is not None:
         lo = max(raw.rfind(b"\r", 0, m.start()), raw.rfind(b"\n", 0, m.start())) + 1
-        hi = min(x for x in (raw.find(b"\r", m.end()), raw.find(b"\n", m.end()), len(raw)) if x >= 0)
+        hi = min(
+            x for x in (raw.find(b"\r", m.end()), raw.find(b"\n", m.end()), len(raw)) if x >= 0
+        )
         if d.exclude.search(raw, lo, hi):
             return None, None
     it = _number(g.get("it"))

@@ -102,7 +102,10 @@ def test_f1_probable_workload_bug_with_training_progress_restarts() -> None:
         ("Evaluating:  40%|████      | 25/63 [00:10<00:15,  2.5it/s]", None),
         (" successfully loaded checkpoint from /ckpt/gpt at iteration 5000", None),
         ("srun: Terminating job step 81234.0", None),
-        ("[Epoch 0 / Train]:   1%|▌         | 1200/2839 [15:02<33:39:30, 42.97s/it, loss=2.58]", 1200),
+        (
+            "[Epoch 0 / Train]:   1%|▌         | 1200/2839 [15:02<33:39:30, 42.97s/it, loss=2.58]",
+            1200,
+        ),
     ],
 )
 def test_f1_secondary_counters_are_not_progress(line: str, want: int | None) -> None:
@@ -205,7 +208,16 @@ def test_f5_silent_rank_wins_over_the_watchdogs_abort_seen_by_the_launcher() -> 
     text = (
         "".join(wd(r) for r in range(7))
         + fact("cycle_start", job="j", node=0, ranks=list(range(8)), world_size=8, t=1.0)
-        + fact("rank_exit", rank=5, local_rank=5, node=0, exitcode=-6, signal="SIGABRT", first=True, t_s=700.0)
+        + fact(
+            "rank_exit",
+            rank=5,
+            local_rank=5,
+            node=0,
+            exitcode=-6,
+            signal="SIGABRT",
+            first=True,
+            t_s=700.0,
+        )
     )
     v = decide(scan_text(text))
     assert (v.primary.rank, v.primary.rank_source) == (7, "silent_rank")
@@ -253,7 +265,17 @@ def test_f6_slow_startup_workload_bug_stops_at_the_job_ceiling(tmp_path: Path) -
     def cyc(k: int) -> str:
         return (
             SIZE_MISMATCH
-            + fact("rank_exit", cycle=k, rank=0, local_rank=0, node=0, exitcode=1, signal=None, first=True, t_s=900.0)
+            + fact(
+                "rank_exit",
+                cycle=k,
+                rank=0,
+                local_rank=0,
+                node=0,
+                exitcode=1,
+                signal=None,
+                first=True,
+                t_s=900.0,
+            )
             + fact("cycle_end", cycle=k, outcome="failed", duration_s=910.0)
         )
 
@@ -320,7 +342,9 @@ DEEPSPEED = _import_fail(
 
 
 @pytest.mark.parametrize("text", [FLASH, DEEPSPEED], ids=["flash_attn", "deepspeed"])
-def test_f7_third_party_import_stops_on_recurrence_not_first_sight(tmp_path: Path, text: str) -> None:
+def test_f7_third_party_import_stops_on_recurrence_not_first_sight(
+    tmp_path: Path, text: str
+) -> None:
     vs = cli_job(tmp_path, "imp", [text, text])
     assert [v["rule"] for v in vs] == ["restart.workload_first", "stop.startup_recurrence"]
 
