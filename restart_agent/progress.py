@@ -62,6 +62,11 @@ def _reading(raw: bytes, d: DialectRow, m: re.Match[bytes]) -> tuple[int | None,
         return None, None  # a finished bar (eval, loading shards) is no training progress
     if it is not None and it < d.min_it:
         return None, None
+    if it is not None and d.scale != 1:  # a fractional counter (HF's 'epoch': 1.25)
+        frac = (g.get("frac") or b"")[:9]
+        it = it * d.scale + (int(frac) * d.scale) // 10 ** len(frac) if frac else it * d.scale
+        if it > MAX_ITERATION:
+            return None, None
     if it is not None and g.get("epoch") and g.get("total"):
         epoch, total = _number(g["epoch"]), _number(g["total"])
         if epoch is None or total is None:
@@ -303,13 +308,16 @@ class ProgressTracker:
         self._it = _Kind(tuple(d for d in dialects if d.kind == "iteration"))
         self._ck = _Kind(tuple(d for d in dialects if d.kind == "checkpoint"))
         self._act = _Kind(tuple(d for d in dialects if d.kind == "activity"))
-        kinds = (self._it, self._ck, self._act)
+        self._fb = _Kind(tuple(d for d in dialects if d.kind == "fallback"))
+        kinds = (self._it, self._ck, self._act, self._fb)
         anchors = {a for k in kinds for a, _ in k.groups}
         covers = tuple(sorted(c for c in anchors if any(c in a and c != a for a in anchors)))
         self._covers = {c: _around(c, anchors) for c in covers}
         for k in kinds:
             k.use_covers(covers)
         self.ran_past_startup = False  # an `activity` dialect matched (e.g. a high SeqNum)
+        self.fallback: tuple[int, _Hit] | None = None  # last `fallback` line (no iteration)
+        self.fallback_first: tuple[int, _Hit] | None = None
         self.first: tuple[int, _Hit] | None = None  # (line number, hit)
         self.last: tuple[int, _Hit] | None = None
         self.last_ckpt: tuple[int, _Hit] | None = None
@@ -337,22 +345,32 @@ class ProgressTracker:
         ck = self._ck.last(region, line_at, seen)
         if ck is not None:
             self.last_ckpt = (line_no(ck.start), ck)
+        if self.last is None and self._fb.groups:
+            fb = self._fb.last(region, line_at, seen)
+            if fb is not None:
+                self.fallback = (line_no(fb.start), fb)
+                if self.fallback_first is None:
+                    first_fb = self._fb.first(region, line_at) or fb
+                    self.fallback_first = (line_no(first_fb.start), first_fb)
         if not self.ran_past_startup and self._act.groups:
             self.ran_past_startup = self._act.last(region, line_at, seen) is not None
 
     def result(self) -> Progress:
-        if self.last is None and self.last_ckpt is None:
+        last_it, first_it = self.last, self.first
+        if last_it is None and self.fallback is not None:
+            last_it, first_it = self.fallback, self.fallback_first
+        if last_it is None and self.last_ckpt is None:
             return Progress(known=False, ran_past_startup=self.ran_past_startup)
-        last = self.last[1] if self.last else None
+        last = last_it[1] if last_it else None
         ck = self.last_ckpt[1] if self.last_ckpt else None
         ck_name = None
         if ck is not None:
             ck_name = ck.path or (f"iteration {ck.iteration}" if ck.iteration is not None else None)
-        line = self.last[0] if self.last else (self.last_ckpt[0] if self.last_ckpt else None)
+        line = last_it[0] if last_it else (self.last_ckpt[0] if self.last_ckpt else None)
         return Progress(
             known=True,
             last_iteration=last.iteration if last else None,
-            first_iteration=self.first[1].iteration if self.first else None,
+            first_iteration=first_it[1].iteration if first_it else None,
             last_checkpoint=ck_name,
             checkpoint_iteration=ck.iteration if ck else None,
             dialect=last.dialect if last else (ck.dialect if ck else None),

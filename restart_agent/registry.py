@@ -38,7 +38,7 @@ RECOVERABILITY = (
     "unknown",
     "n/a",
 )
-KINDS = ("iteration", "checkpoint", "activity")
+KINDS = ("iteration", "checkpoint", "activity", "fallback")
 
 
 class RegistryError(ValueError):
@@ -71,6 +71,7 @@ class DialectRow:
     exclude: re.Pattern[bytes] | None = None
     skip_complete: bool = False  # a bar at its end (it == total) is no progress
     min_it: int = 0  # a match with a smaller number is no progress
+    scale: int = 1  # `it` (with its decimals, group `frac`) times this is the iteration
     not_examples: tuple[str, ...] = ()  # lines this dialect must not read
 
 
@@ -305,6 +306,9 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
         min_it = raw.get("min", 0)
         if isinstance(min_it, bool) or not isinstance(min_it, int) or min_it < 0:
             raise RegistryError(f"{path}: row {rid!r}: min must be a non-negative integer")
+        scale = raw.get("scale", 1)
+        if isinstance(scale, bool) or not isinstance(scale, int) or not 1 <= scale <= 10**6:
+            raise RegistryError(f"{path}: row {rid!r}: scale must be an integer 1..1000000")
         anchor = raw.get("anchor") or leading_literal(rx.pattern)
         if not isinstance(anchor, str) or not anchor:
             raise RegistryError(
@@ -321,6 +325,7 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
                 exclude=exclude,
                 skip_complete=bool(raw.get("skip_complete", False)),
                 min_it=min_it,
+                scale=scale,
                 not_examples=tuple(str(e) for e in raw.get("not_examples") or ()),
             )
         )

@@ -113,6 +113,21 @@ def test_f1_secondary_counters_are_not_progress(line: str, want: int | None) -> 
     assert p.last_iteration == want
 
 
+def test_f1_hf_epoch_fraction_is_progress_when_no_step_is_logged() -> None:
+    def hf2(ep: int) -> str:
+        return (
+            "[rank0]: Loading checkpoint shards: 100%|██████████| 4/4 [00:05<00:00,  1.3s/it]\n"
+            + "".join(
+                f"[rank0]: {{'loss': 2.{i}, 'learning_rate': 1e-05, 'epoch': {ep + i / 10:.2f}}}\n"
+                for i in range(5)
+            )
+        )
+
+    vs = run_job([hf2(k) + NCCL for k in range(6)])
+    assert decisions(vs) == "RRRRRR"
+    assert vs[5].progress.dialect == "hf_trainer_epoch" and vs[5].progress.last_iteration == 5400
+
+
 def test_f1_validation_bar_after_lightning_epoch_bar_keeps_the_epoch_step() -> None:
     text = (
         "Epoch 3:  45%|████▌     | 450/1000 [01:23<01:40,  5.47it/s, v_num=0]\n"
