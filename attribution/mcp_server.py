@@ -105,7 +105,8 @@ class CycleExplanation(BaseModel):
     basis: str | None
     next_step: str = Field(description="what an operator or agent should do about this verdict")
     primary: dict[str, Any] | None = Field(
-        None, description="the initiating failure: failure_class, line, rank, fingerprint, text"
+        None,
+        description="the initiating failure: failure_class, line, rank, rank_source (how the rank was known; cascade_reporter: the rank only reported a cascade and is not blamed), fingerprint, text",
     )
     evidence: list[dict[str, Any]] = Field(description="evidence lines with their line numbers")
     cascades: list[dict[str, Any]] = Field(description="folded cascade/teardown groups")

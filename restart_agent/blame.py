@@ -19,8 +19,11 @@ rank):
    exit report ties to a rank (`kernel`), else a line of the same failure class that names
    a rank, else the single failed process torch elastic reported,
 6. a collective-timeout cascade in which every rank but one timed out: the silent rank is
-   the suspect (`silent_rank`),
-7. else the earliest cascade, as the scanner chose it.
+   the suspect (`silent_rank`); it goes before the launcher's first exit and torch
+   elastic's reports when the rank they name only aborted (SIGABRT, the watchdog's own
+   abort) or only logged cascades,
+7. else the earliest cascade, as the scanner chose it; its rank is the rank that REPORTED
+   the cascade (`rank_source: "cascade_reporter"`), a victim, not a blamed rank.
 """
 
 from __future__ import annotations
@@ -157,7 +160,12 @@ def _rank_by_pid(e: Evidence, evidence: CycleEvidence) -> int | None:
 
 
 def _silent_rank(primary: Evidence, evidence: CycleEvidence) -> int | None:
-    """The one rank of the world that did not time out, when all the others did."""
+    """The one rank of the world that did not time out, when all the others did.
+
+    The world is the launcher's `world_size`, else ranks 0 up to the highest rank seen (a
+    rank that never printed is a gap). Counted, never enumerated: a world of 10^7 ranks
+    costs what its timed-out ranks cost.
+    """
     if primary.failure_class not in TIMEOUT_CLASSES:
         return None
     group = next((g for g in evidence.cascades if g.failure_class == primary.failure_class), None)
@@ -165,13 +173,34 @@ def _silent_rank(primary: Evidence, evidence: CycleEvidence) -> int | None:
         return None
     facts = evidence.launcher
     if facts is not None and facts.world_size:
-        world = set(range(facts.world_size))
+        world = facts.world_size
     else:
-        world = set(evidence.ranks_seen)
-    silent = world - set(group.ranks)
-    if len(world) >= 2 and len(silent) == 1 and set(group.ranks) <= world:
-        return silent.pop()
-    return None
+        world = max(max(evidence.ranks_seen, default=-1), max(group.ranks)) + 1
+    timed_out = set(group.ranks)
+    if world < 2 or len(timed_out) != world - 1 or min(timed_out) < 0 or max(timed_out) >= world:
+        return None
+    return world * (world - 1) // 2 - sum(timed_out)
+
+
+def _victim(rank: int, x: ProcessExit, evidence: CycleEvidence) -> bool:
+    """A rank the launcher or torch elastic saw exit that is only a cascade's victim: it
+    aborted (the NCCL watchdog's SIGABRT) or logged nothing but cascades."""
+    if x.signal == "SIGABRT" or x.exitcode == -6:
+        return True
+    on = [e for e in evidence.roots if e.rank == rank]
+    return not on and any(e.rank == rank for e in evidence.cascade_evidence)
+
+
+def _as_silent(primary: Evidence, silent: int) -> Evidence:
+    return replace(
+        primary,
+        rank=silent,
+        rank_source="silent_rank",
+        text=f"rank {silent} is the only rank that did not report: {primary.text}"[:500],
+    )
+
+
+SILENT_REASON = "every rank but one timed out in a collective: the silent rank is the suspect"
 
 
 def pick_primary(
@@ -200,11 +229,23 @@ def pick_primary(
             primary = ended
             reason = "the scheduler's line that gives the reason the job was cancelled"
     facts = evidence.launcher
+    silent = _silent_rank(primary, evidence) if primary is not None and not is_root else None
     # ------------------------------------------------------------ the launcher's facts
     if facts is not None:
         if not is_root and facts.hangs:
             return _hang(facts.hangs[0]), "hang declared by the launcher (no root in the log)"
         first = facts.first_exit
+        if (
+            primary is not None
+            and silent is not None
+            and first is not None
+            and first.rank is not None
+            and first.rank != silent
+            and _victim(first.rank, first, evidence)
+        ):
+            return _as_silent(primary, silent), SILENT_REASON + (
+                "; the launcher's first failing rank only aborted on the timeout"
+            )
         if first is not None and first.rank is not None:
             f = first.rank
             if primary is not None and is_root and primary.rank == f:
@@ -235,6 +276,13 @@ def pick_primary(
                 return _with_rank(primary, *peer), reason
         return primary, reason
     root_cause = [x for x in evidence.exits if x.source == "elastic_root_cause" and x.exitcode]
+    agent = [x for x in evidence.exits if x.source == "elastic_exit" and x.exitcode]
+    if primary is not None and silent is not None:
+        exits = root_cause or agent
+        x = exits[0] if exits else None
+        rank = None if x is None else (x.rank if x.rank is not None else x.local_rank)
+        if x is None or (rank != silent and _victim(rank if rank is not None else -1, x, evidence)):
+            return _as_silent(primary, silent), SILENT_REASON
     if root_cause:
         x = root_cause[0]
         on = _first_root_on(evidence, x.rank) if x.rank is not None else None
@@ -243,24 +291,13 @@ def pick_primary(
         return _from_exit(x, x.rank, "torch elastic's first observed failure"), (
             "torch elastic's Root Cause (first observed failure) names the rank"
         )
-    agent = [x for x in evidence.exits if x.source == "elastic_exit" and x.exitcode]
     if agent and _single_node(evidence) and agent[0].local_rank is not None:
         x = agent[0]
         return _from_exit(x, x.local_rank, "torch elastic's agent saw it fail"), (
             "torch elastic's agent reported this local rank failed (single node)"
         )
-    if primary is not None and primary.role == "cascade":
-        silent = _silent_rank(primary, evidence)
-        if silent is not None:
-            return (
-                replace(
-                    primary,
-                    rank=silent,
-                    rank_source="silent_rank",
-                    text=f"rank {silent} is the only rank that did not report: {primary.text}"[
-                        :500
-                    ],
-                ),
-                "every rank but one timed out in a collective: the silent rank is the suspect",
-            )
+    if primary is not None and primary.role == "cascade" and primary.rank is not None:
+        # only cascades, no suspect: the rank is the one that REPORTED the cascade, a
+        # victim, not a blamed rank
+        return replace(primary, rank_source="cascade_reporter"), reason
     return primary, reason

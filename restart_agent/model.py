@@ -78,6 +78,11 @@ class Progress:
     # the launcher saw the progress client in use and no iteration at all this cycle
     no_iteration: bool = False
     duration_s: float | None = None  # cycle duration, when the launcher said it
+    # no iteration line, but the log shows the job ran past startup (`activity` dialects:
+    # a collective sequence number in the hundreds): progress unknown, not a startup failure
+    ran_past_startup: bool = False
+    # the launcher declared a hang before the rank's first heartbeat (`hang.initial`)
+    initial_hang: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -200,6 +205,8 @@ class PriorCycle:
     recoverability: str | None = None
     no_iteration: bool = False  # the launcher saw no iteration at all (client in use)
     duration_s: float | None = None  # cycle duration the launcher reported
+    ran_past_startup: bool = False  # the log showed the job ran past startup (no iteration)
+    initial_hang: bool = False  # the launcher declared a hang before the first heartbeat
 
     @classmethod
     def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
@@ -220,6 +227,8 @@ class PriorCycle:
             recoverability=primary.get("recoverability"),
             no_iteration=bool(progress.get("no_iteration")),
             duration_s=_num(progress.get("duration_s")),
+            ran_past_startup=bool(progress.get("ran_past_startup")),
+            initial_hang=bool(progress.get("initial_hang")),
         )
 
 

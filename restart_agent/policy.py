@@ -17,6 +17,8 @@ STOP
                                 times (iterations reported, not beyond the best)
 - `stop.job_no_progress_ceiling` `job_no_progress_ceiling` consecutive restarts without progress,
                                 whatever the roots (startup failures and hangs included)
+- `stop.unknown_progress_recurrence` an identical workload root on `job_no_progress_ceiling`
+                                consecutive cycles none of which showed progress (this one unknown)
 RESTART
 - `restart.progress`            the job advanced since the previous failures: counts reset
 - `restart.progress_unknown`    progress unknown in this cycle: counting rules never STOP on it
@@ -41,21 +43,26 @@ Progress of a cycle relative to the job (`history.progress_since_prior`, the rea
   iteration (`launcher_no_iteration`: the launcher saw the progress client and no iteration;
   `no_progress_ever`: no progress report and no cycle of the job ever progressed;
   `startup_window`: no report and the launcher says the cycle lasted at most
-  `startup_window_s`) - a startup failure;
+  `startup_window_s`; `initial_hang`: the launcher declared a hang before the first
+  heartbeat) - a startup failure;
 - "unknown": no progress report, and the job progressed before (`job_progressed_before`) or
   the launcher says the cycle ran longer than `startup_window_s` (`long_silent_cycle`: a
-  silent long-running job is not a startup loop). Unknown never counts toward a STOP
-  ceiling and never resets one.
+  silent long-running job is not a startup loop), or the log shows the job ran past startup
+  (`ran_past_startup`: an `activity` dialect, a high collective SeqNum). Unknown never counts
+  toward an infrastructure ceiling and never resets one; only an identical workload root
+  on `job_no_progress_ceiling` consecutive such cycles stops.
 The same-root ceiling counts only reported "none" cycles; startup failures count toward
 workload recurrence and the job ceiling.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from restart_agent.blame import pick_primary
+from restart_agent.lines import is_user_frame
 from restart_agent.model import (
     CycleEvidence,
     Evidence,
@@ -80,6 +87,7 @@ HEALTH_OVERRIDABLE_RULES = frozenset(
         "stop.workload_recurrence",
         "stop.same_root_ceiling",
         "stop.job_no_progress_ceiling",
+        "stop.unknown_progress_recurrence",
     }
 )
 RANK_SOURCES = {
@@ -93,6 +101,8 @@ RANK_SOURCES = {
     "silent_rank": "the only rank that did not time out",
     "straggler": "the launcher's straggler scores: the rank stayed slow before the timeout",
 }
+# a rank that only REPORTED a cascade: named in the verdict, never blamed
+REPORTER_SOURCES = ("cascade_reporter",)
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,9 @@ class _Cycle:
     ckpt_iteration: int | None
     no_iteration: bool = False
     duration_s: float | None = None
+    ran_past_startup: bool = False
+    initial_hang: bool = False
+    workload: bool = False  # its root is a workload bug (certain or probable)
 
 
 def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
@@ -128,6 +141,11 @@ def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
                 best_ck = c.ckpt_iteration if best_ck is None else max(best_ck, c.ckpt_iteration)
         elif c.no_iteration:
             out.append((STARTUP, "launcher_no_iteration"))
+        elif c.initial_hang:
+            out.append((STARTUP, "initial_hang"))
+        elif c.ran_past_startup:
+            out.append((UNKNOWN, "ran_past_startup"))
+            maybe = True
         elif c.duration_s is not None and c.duration_s > window_s:
             out.append((UNKNOWN, "long_silent_cycle"))
             maybe = True
@@ -167,6 +185,14 @@ def _counts(cycles: list[_Cycle], flags: list[str]) -> dict[str, int]:
     identical_retries = sum(1 for i in same_run[1:] if flags[i] in NO_PROGRESS)
     job_retries = sum(1 for i in window[1:] if flags[i] in NO_PROGRESS)
     stuck = flags[-1] in NO_PROGRESS
+    # Consecutive cycles (this one included) with the same workload root and no progress
+    # shown (unknown, none or startup): unknown progress can then still end the job.
+    unknown_run = 0
+    if flags[-1] == UNKNOWN and cur.workload:
+        for i in range(len(cycles) - 1, -1, -1):
+            if flags[i] == ADVANCED or not cycles[i].workload or not _same(cycles[i], cur):
+                break
+            unknown_run += 1
     return {
         "same_root_prior_cycles": len(same_prior),
         "identical_prior_cycles": len(identical_prior),
@@ -174,14 +200,63 @@ def _counts(cycles: list[_Cycle], flags: list[str]) -> dict[str, int]:
         "identical_retries_without_progress": identical_retries if stuck else 0,
         "consecutive_no_progress": job_retries if stuck else 0,
         "window_start_cycle": cycles[anchor].cycle,
+        "identical_cycles_progress_unknown": unknown_run,
     }
 
 
+_FRAME_PATH = re.compile(r'File "([^"]+)"')
+_MODULE = re.compile(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'")
+_MESSAGE_PATH = re.compile(r"\(([^()]*[/\\][^()]*)\)\s*$")
+
+
+def _norm(part: str) -> str:
+    return part.lower().replace("-", "_")
+
+
+def _own_module(primary: Evidence) -> bool:
+    """The import failed in the user's code for a module of the user's own package.
+
+    The innermost frame is user code, and the missing module's top-level name is part of
+    a user path (a frame of the traceback, or the path the message names): a third-party
+    package missing from the environment (`deepspeed`, `flash_attn`) is not the user's.
+    """
+    mm = _MODULE.search(primary.text)
+    module = (mm.group(1) or mm.group(2)).split(".")[0] if mm else ""
+    if len(module) < 3 or not module.isidentifier():
+        return False
+    frames = [m.group(1) for c in primary.context if (m := _FRAME_PATH.search(str(c["text"])))]
+    if not frames or not is_user_frame(frames[-1]):
+        return False  # raised inside an installed library
+    paths = [f for f in frames if is_user_frame(f)]
+    m = _MESSAGE_PATH.search(primary.text)
+    if m and is_user_frame(m.group(1)):
+        paths.append(m.group(1))
+    want = _norm(module)
+    return any(
+        want in _norm(part) for path in paths for part in re.split(r"[/\\]", path)[:-1]
+    ) or any(_norm(re.split(r"[/\\]", path)[-1]).split(".")[0] == want for path in paths)
+
+
+def _world(evidence: CycleEvidence) -> int | None:
+    """World size: the launcher's, else one past the highest rank seen (None: no ranks)."""
+    facts = evidence.launcher
+    if facts is not None and facts.world_size:
+        return facts.world_size
+    return max(evidence.ranks_seen) + 1 if evidence.ranks_seen else None
+
+
 def _user_import_everywhere(primary: Evidence, evidence: CycleEvidence) -> bool:
-    if primary.user_frame is None:
+    """The user's own module failed to import, identically on every rank of the world."""
+    if primary.user_frame is None or not _own_module(primary):
         return False
     roots = [e for e in evidence.roots if e.line >= 0]
-    return all(e.fingerprint == primary.fingerprint for e in roots)
+    if not all(e.fingerprint == primary.fingerprint for e in roots):
+        return False
+    world = _world(evidence)
+    if world is None:
+        return True  # a single process without rank prefixes
+    ranks = {e.rank for e in roots if e.rank is not None and 0 <= e.rank < world}
+    return len(ranks) == world
 
 
 def effective_progress(evidence: CycleEvidence) -> Progress:
@@ -200,6 +275,7 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
             last, source, known = top, "launcher", True
         first = low if first is None else min(first, low)
     no_iteration = bool(facts.client) and not facts.iterations and last is None
+    initial_hang = last is None and any(bool(h.get("initial")) for h in facts.hangs)
     return replace(
         prog,
         known=known,
@@ -208,12 +284,18 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
         source=source,
         no_iteration=no_iteration,
         duration_s=facts.duration_s,
+        initial_hang=initial_hang,
     )
 
 
 def _blame_sentence(primary: Evidence | None) -> str:
     if primary is None or primary.rank is None:
         return ""
+    if primary.rank_source in REPORTER_SOURCES:
+        return (
+            f" Rank {primary.rank} reported the cascade (a reporter, not the culprit);"
+            " no rank is blamed."
+        )
     how = RANK_SOURCES.get(primary.rank_source or "", primary.rank_source or "the log")
     return f" Blamed rank {primary.rank} (from {how})."
 
@@ -248,6 +330,9 @@ def decide(
             p.checkpoint_iteration,
             p.no_iteration,
             p.duration_s,
+            p.ran_past_startup,
+            p.initial_hang,
+            p.domain == "workload" and p.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
         )
         for p in prior
     ]
@@ -261,6 +346,12 @@ def decide(
             prog.checkpoint_iteration,
             prog.no_iteration,
             prog.duration_s,
+            prog.ran_past_startup,
+            prog.initial_hang,
+            primary is not None
+            and primary.role == "root"
+            and primary.domain == "workload"
+            and primary.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
         )
     )
     flagged = _flags(cycles, config.startup_window_s)
@@ -366,16 +457,25 @@ def decide(
             "restart.progress",
             "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
         )
+    run = counts["identical_cycles_progress_unknown"]
+    if flag == UNKNOWN and prior and run >= config.job_no_progress_ceiling:
+        return verdict(
+            "STOP",
+            "stop.unknown_progress_recurrence",
+            f"Workload bug {cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {progress_basis}; stop at {config.job_no_progress_ceiling}, job_no_progress_ceiling).",
+        )
     if flag == UNKNOWN and prior:
         why = (
             f"the launcher says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
             if progress_basis == "long_silent_cycle"
+            else "the log shows the job ran past startup (a collective sequence number) but has no progress report"
+            if progress_basis == "ran_past_startup"
             else "the job progressed before and this cycle's log has no progress report"
         )
         return verdict(
             "RESTART",
             "restart.progress_unknown",
-            f"Progress unknown: {why}; unknown progress never counts toward a STOP.",
+            f"Progress unknown: {why}; unknown progress counts toward no infrastructure ceiling ({run} identical workload cycle(s) without progress shown, stop at {config.job_no_progress_ceiling}).",
         )
     # ----------------------------------------------------------------- ceilings (no progress, or first cycle)
     workload = (

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from restart_agent.facts import MAX_ITERATION
 from restart_agent.model import Progress
 from restart_agent.registry import DialectRow
 
@@ -33,24 +34,66 @@ class _Hit:
     group: bytes = b""  # the anchor of the dialect group that read the line
 
 
+MAX_DIGITS = len(str(MAX_ITERATION))
+
+
+def _number(raw: bytes | None) -> int | None:
+    """A progress number, or None when absent or beyond `facts.MAX_ITERATION`."""
+    if not raw or len(raw) > MAX_DIGITS:
+        return None
+    n = int(raw)
+    return n if n <= MAX_ITERATION else None
+
+
+def _reading(raw: bytes, d: DialectRow, m: re.Match[bytes]) -> tuple[int | None, str | None]:
+    """(iteration, path) one match reports, (None, None) when it is no progress."""
+    g = m.groupdict()
+    if d.exclude is not None:
+        lo = max(raw.rfind(b"\r", 0, m.start()), raw.rfind(b"\n", 0, m.start())) + 1
+        hi = min(
+            x for x in (raw.find(b"\r", m.end()), raw.find(b"\n", m.end()), len(raw)) if x >= 0
+        )
+        if d.exclude.search(raw, lo, hi):
+            return None, None
+    it = _number(g.get("it"))
+    if g.get("it") and it is None:
+        return None, None  # an absurd number is no progress
+    if it is not None and d.skip_complete and g.get("total") and g["total"] == g["it"]:
+        return None, None  # a finished bar (eval, loading shards) is no training progress
+    if it is not None and it < d.min_it:
+        return None, None
+    if it is not None and d.scale != 1:  # a fractional counter (HF's 'epoch': 1.25)
+        frac = (g.get("frac") or b"")[:9]
+        it = it * d.scale + (int(frac) * d.scale) // 10 ** len(frac) if frac else it * d.scale
+        if it > MAX_ITERATION:
+            return None, None
+    if it is not None and g.get("epoch") and g.get("total"):
+        epoch, total = _number(g["epoch"]), _number(g["total"])
+        if epoch is None or total is None:
+            return None, None
+        it = epoch * total + it
+        if it > MAX_ITERATION:
+            return None, None
+    path = g["path"].decode("utf-8", "replace") if g.get("path") else None
+    return it, path
+
+
 def _interpret(
     raw: bytes, dialects: tuple[DialectRow, ...]
 ) -> tuple[str, int | None, str | None] | None:
-    """The progress a line reports: (dialect id, iteration, path), first dialect that fits."""
+    """The progress a line reports: (dialect id, iteration, path), first dialect that fits.
+
+    The last match of a dialect that is progress counts (tqdm redraws a bar with '\r').
+    """
     for d in dialects:
-        last = None
-        for last in d.bregex.finditer(raw):  # noqa: B007 - the last match counts
-            pass
-        if last is None:
+        got: tuple[int | None, str | None] = (None, None)
+        for m in d.bregex.finditer(raw):
+            r = _reading(raw, d, m)
+            if r != (None, None):
+                got = r
+        if got == (None, None):
             continue
-        g = last.groupdict()
-        it = int(g["it"]) if g.get("it") else None
-        if it is not None and g.get("epoch") and g.get("total"):
-            it = int(g["epoch"]) * int(g["total"]) + it
-        path = g["path"].decode("utf-8", "replace") if g.get("path") else None
-        if it is None and path is None:
-            continue
-        return d.id, it, path
+        return d.id, got[0], got[1]
     return None
 
 
@@ -264,11 +307,17 @@ class ProgressTracker:
     def __init__(self, dialects: tuple[DialectRow, ...]) -> None:
         self._it = _Kind(tuple(d for d in dialects if d.kind == "iteration"))
         self._ck = _Kind(tuple(d for d in dialects if d.kind == "checkpoint"))
-        anchors = {a for k in (self._it, self._ck) for a, _ in k.groups}
+        self._act = _Kind(tuple(d for d in dialects if d.kind == "activity"))
+        self._fb = _Kind(tuple(d for d in dialects if d.kind == "fallback"))
+        kinds = (self._it, self._ck, self._act, self._fb)
+        anchors = {a for k in kinds for a, _ in k.groups}
         covers = tuple(sorted(c for c in anchors if any(c in a and c != a for a in anchors)))
         self._covers = {c: _around(c, anchors) for c in covers}
-        self._it.use_covers(covers)
-        self._ck.use_covers(covers)
+        for k in kinds:
+            k.use_covers(covers)
+        self.ran_past_startup = False  # an `activity` dialect matched (e.g. a high SeqNum)
+        self.fallback: tuple[int, _Hit] | None = None  # last `fallback` line (no iteration)
+        self.fallback_first: tuple[int, _Hit] | None = None
         self.first: tuple[int, _Hit] | None = None  # (line number, hit)
         self.last: tuple[int, _Hit] | None = None
         self.last_ckpt: tuple[int, _Hit] | None = None
@@ -296,22 +345,35 @@ class ProgressTracker:
         ck = self._ck.last(region, line_at, seen)
         if ck is not None:
             self.last_ckpt = (line_no(ck.start), ck)
+        if self.last is None and self._fb.groups:
+            fb = self._fb.last(region, line_at, seen)
+            if fb is not None:
+                self.fallback = (line_no(fb.start), fb)
+                if self.fallback_first is None:
+                    first_fb = self._fb.first(region, line_at) or fb
+                    self.fallback_first = (line_no(first_fb.start), first_fb)
+        if not self.ran_past_startup and self._act.groups:
+            self.ran_past_startup = self._act.last(region, line_at, seen) is not None
 
     def result(self) -> Progress:
-        if self.last is None and self.last_ckpt is None:
-            return Progress(known=False)
-        last = self.last[1] if self.last else None
+        last_it, first_it = self.last, self.first
+        if last_it is None and self.fallback is not None:
+            last_it, first_it = self.fallback, self.fallback_first
+        if last_it is None and self.last_ckpt is None:
+            return Progress(known=False, ran_past_startup=self.ran_past_startup)
+        last = last_it[1] if last_it else None
         ck = self.last_ckpt[1] if self.last_ckpt else None
         ck_name = None
         if ck is not None:
             ck_name = ck.path or (f"iteration {ck.iteration}" if ck.iteration is not None else None)
-        line = self.last[0] if self.last else (self.last_ckpt[0] if self.last_ckpt else None)
+        line = last_it[0] if last_it else (self.last_ckpt[0] if self.last_ckpt else None)
         return Progress(
             known=True,
             last_iteration=last.iteration if last else None,
-            first_iteration=self.first[1].iteration if self.first else None,
+            first_iteration=first_it[1].iteration if first_it else None,
             last_checkpoint=ck_name,
             checkpoint_iteration=ck.iteration if ck else None,
             dialect=last.dialect if last else (ck.dialect if ck else None),
             line=line,
+            ran_past_startup=self.ran_past_startup,
         )

@@ -38,7 +38,7 @@ RECOVERABILITY = (
     "unknown",
     "n/a",
 )
-KINDS = ("iteration", "checkpoint")
+KINDS = ("iteration", "checkpoint", "activity", "fallback")
 
 
 class RegistryError(ValueError):
@@ -66,6 +66,13 @@ class DialectRow:
     regex: re.Pattern[str]
     bregex: re.Pattern[bytes]  # the same pattern over raw bytes (what the scanner runs)
     examples: tuple[str, ...] = ()
+    # a match is no progress when this (bytes) regex is found in its segment of the line
+    # (from the line start or the last '\r' before it, to the match's end)
+    exclude: re.Pattern[bytes] | None = None
+    skip_complete: bool = False  # a bar at its end (it == total) is no progress
+    min_it: int = 0  # a match with a smaller number is no progress
+    scale: int = 1  # `it` (with its decimals, group `frac`) times this is the iteration
+    not_examples: tuple[str, ...] = ()  # lines this dialect must not read
 
 
 @dataclass(frozen=True)
@@ -290,6 +297,18 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
             brx = re.compile(rx.pattern.encode("ascii"))
         except (UnicodeEncodeError, re.error) as exc:
             raise RegistryError(f"{path}: row {rid!r}: regex must be ASCII: {exc}") from exc
+        exclude = None
+        if raw.get("exclude") is not None:
+            try:
+                exclude = re.compile(str(raw["exclude"]).encode("ascii"))
+            except (UnicodeEncodeError, re.error) as exc:
+                raise RegistryError(f"{path}: row {rid!r}: bad exclude regex: {exc}") from exc
+        min_it = raw.get("min", 0)
+        if isinstance(min_it, bool) or not isinstance(min_it, int) or min_it < 0:
+            raise RegistryError(f"{path}: row {rid!r}: min must be a non-negative integer")
+        scale = raw.get("scale", 1)
+        if isinstance(scale, bool) or not isinstance(scale, int) or not 1 <= scale <= 10**6:
+            raise RegistryError(f"{path}: row {rid!r}: scale must be an integer 1..1000000")
         anchor = raw.get("anchor") or leading_literal(rx.pattern)
         if not isinstance(anchor, str) or not anchor:
             raise RegistryError(
@@ -303,6 +322,11 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
                 regex=rx,
                 bregex=brx,
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
+                exclude=exclude,
+                skip_complete=bool(raw.get("skip_complete", False)),
+                min_it=min_it,
+                scale=scale,
+                not_examples=tuple(str(e) for e in raw.get("not_examples") or ()),
             )
         )
     return rows

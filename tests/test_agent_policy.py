@@ -135,13 +135,25 @@ def test_syntax_error_stops_immediately_even_without_history() -> None:
 
 
 def test_user_import_error_on_every_rank_stops_immediately() -> None:
+    # the user's own package (its name is in the user's path) on every rank: certain
+    text = "".join(
+        f'[rank{r}]:   File "/work/mymodel/tools/train.py", line 5, in <module>\n'
+        f"[rank{r}]: ModuleNotFoundError: No module named 'mymodel.layers'\n"
+        for r in range(4)
+    )
+    v = decide(scan_text(text), ())
+    assert (v.decision, v.rule) == ("STOP", "stop.user_import_error")
+
+
+def test_import_of_a_module_not_in_the_users_paths_is_probable() -> None:
+    # 'mymodel' may be a package missing from this environment: STOP on recurrence only
     text = "".join(
         f'[rank{r}]:   File "/work/train.py", line 5, in <module>\n'
         f"[rank{r}]: ModuleNotFoundError: No module named 'mymodel'\n"
         for r in range(4)
     )
     v = decide(scan_text(text), ())
-    assert (v.decision, v.rule) == ("STOP", "stop.user_import_error")
+    assert (v.decision, v.rule) == ("RESTART", "restart.workload_first")
 
 
 def test_import_error_inside_a_library_or_on_some_ranks_only_is_probable() -> None:

@@ -18,11 +18,23 @@ DIALECTS = [(d.id, d.kind, ex) for d in default_registry().dialects for ex in d.
 def test_dialect_examples(dialect: str, kind: str, line: str) -> None:
     ev = scan_text(f"[rank0]: {line}\n")
     p = ev.progress
+    if kind == "activity":  # proof the job ran past startup, not progress
+        assert not p.known and p.ran_past_startup
+        return
     assert p.known
-    if kind == "iteration":
+    if kind in ("iteration", "fallback"):
         assert p.dialect == dialect and p.last_iteration is not None
     else:
         assert p.last_checkpoint is not None
+
+
+NOT_DIALECTS = [(d.id, ex) for d in default_registry().dialects for ex in d.not_examples]
+
+
+@pytest.mark.parametrize(("dialect", "line"), NOT_DIALECTS)
+def test_dialect_not_examples(dialect: str, line: str) -> None:
+    """Eval/loading bars, checkpoint loads, Slurm step ids: never this dialect's progress."""
+    assert scan_text(f"[rank0]: {line}\n").progress.dialect != dialect
 
 
 @pytest.mark.parametrize(

@@ -174,8 +174,12 @@ def test_a_bare_slurm_cancel_yields_to_the_line_that_gives_preemption_as_reason(
     )
     v = decide(scan_text(text))
     assert (v.decision, v.primary.failure_class) == ("RESTART", "preemption")
+    # a bare STEP cancel is srun's teardown of the step (review finding 2): no STOP; a bare
+    # JOB cancel is the user's scancel
     bare = text.splitlines(keepends=True)[0]
-    assert decide(scan_text(bare)).rule == "stop.scheduler_terminated"
+    assert decide(scan_text(bare)).decision == "RESTART"
+    job = "slurmstepd: error: *** JOB 3736 ON node5 CANCELLED AT 2021-03-15T17:50:23 ***\n"
+    assert decide(scan_text(job)).rule == "stop.scheduler_terminated"
 
 
 def test_stacked_and_stream_prefixes() -> None:

@@ -375,12 +375,6 @@ def test_hostile_inputs_in_bulk(tmp_path: Path, cmd: str) -> None:
         check(case, r["rc"], r["stdout"], r["stderr"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rank prefixes and iteration numbers of thousands of digits are bounded in "
-    "restart_agent/ by the scanner-side change of issue 12 item 3 (not yet merged here); "
-    "remove this mark when it is",
-)
 def test_numbers_of_thousands_of_digits_in_logs(tmp_path: Path) -> None:
     cases = []
     for i, data in enumerate(SCANNER_BOUND_LOGS):

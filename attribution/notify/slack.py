@@ -197,6 +197,8 @@ def build_message(
         where = f"line {primary.get('line')}"
         if primary.get("rank") is not None:
             where += f", rank {primary.get('rank')}"
+            if primary.get("rank_source") == "cascade_reporter":
+                where += " (reported the cascade, not blamed)"
         blocks.append(
             {
                 "type": "section",
