@@ -16,7 +16,7 @@ from typing import Any
 
 from web.straggler_strip import straggler_strip
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted"})
 
 
 def as_dict(record: Any) -> dict[str, Any]:
@@ -84,6 +84,12 @@ def exit_cause(cycle: Mapping[str, Any]) -> str:
         return str(fclass)
     if cycle.get("status") == "registered":
         return "running" if not cycle.get("ended_at") else "awaiting analysis"
+    outcome = cycle.get("outcome")  # how the launcher ended the cycle (revision 0007)
+    if outcome and not verdict:
+        reason = cycle.get("end_reason")
+        return f"{outcome}: {reason}" if reason and outcome != "succeeded" else str(outcome)
+    if cycle.get("analysis_error"):
+        return f"analysis failed: {cycle['analysis_error']}"
     return "no failure evidence"
 
 
