@@ -3,7 +3,7 @@ anything starts (no worker, no rendezvous), each failure one line (`ConfigError`
 
 `check_settings(settings)`: the history database URL of the embedded mode (scheme,
 dialect, driver, SQLite folder: what `storage.db.make_engine` needs, without connecting),
-the audit folder, the rendezvous backend, endpoint and `--rdzv-conf`. `launcher.config`
+the audit folder and its HMAC key file, the rendezvous backend, endpoint and `--rdzv-conf`. `launcher.config`
 checks each option's own value; this module checks what they point at.
 """
 
@@ -30,6 +30,17 @@ def check_db_url(url: str) -> None:
     engine.dispose()
 
 
+def check_audit_key() -> None:
+    """The audit artifacts' HMAC key ($RELAUNCH_AUDIT_HMAC_KEY_FILE), when set, is usable:
+    otherwise every artifact of the job would be written unsigned."""
+    from attribution.audit import HMAC_KEY_ENV, KeyFileError, key_from_env
+
+    try:
+        key_from_env()
+    except KeyFileError as exc:
+        raise ConfigError(f"${HMAC_KEY_ENV}: {exc}") from None
+
+
 def check_endpoint(text: str) -> None:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -54,6 +65,7 @@ def check_settings(settings: RunSettings) -> None:
     if settings.ft_attribution_endpoint != "embedded":
         return
     check_db_url(settings.db_url())
+    check_audit_key()
     audit = Path(settings.audit_dir())
     try:
         audit.mkdir(parents=True, exist_ok=True)

@@ -299,6 +299,35 @@ def test_bad_db_url_is_rejected_before_any_worker(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.startswith("relaunch run: error: --rdzv-conf")
 
 
+def test_unusable_audit_hmac_key_is_rejected_before_any_worker(tmp_path: Path) -> None:
+    """A key file that cannot be read would leave every artifact of the job unsigned."""
+    import subprocess
+    import sys
+
+    from tests._launcher_helpers import relaunch_env
+
+    marker = tmp_path / "marker"
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    for key, says in ((tmp_path / "missing.key", "cannot read"), (empty, "is empty")):
+        env = relaunch_env(tmp_path)
+        env["RELAUNCH_AUDIT_HMAC_KEY_FILE"] = str(key)
+        r = subprocess.run(
+            [sys.executable, "-m", "relaunch_cli", "run"]
+            + job_args(tmp_path, "badkey")
+            + [str(WORKER), "--mode", "ok", "--marker", str(marker)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "RELAUNCH_AUDIT_HMAC_KEY_FILE" in lines[0] and says in lines[0]
+        assert not marker.exists()
+
+
 def test_facts_name_the_killed_rank_first(tmp_path: Path) -> None:
     r = run_relaunch(
         tmp_path,
