@@ -44,6 +44,7 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
+from attribution.terminal import safe_text
 from launcher import facts, jobwide
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings
@@ -232,8 +233,10 @@ class RelaunchAgent(LocalElasticAgent):
 
     # -- printing ---------------------------------------------------------------
     def say(self, text: str) -> None:
+        """One launcher line on the console; text from logs (verdict reasons, evidence) has
+        its terminal control characters escaped."""
         with self._out_lock:
-            print(f"relaunch: {text}", file=self._out, flush=True)
+            print(f"relaunch: {safe_text(text)}", file=self._out, flush=True)
 
     def _warn(self, text: str) -> None:
         self.say(f"warning: {text}")
