@@ -26,16 +26,15 @@ together and each node names its own ranks (docs/straggler.md).
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.facts import fact
 from launcher.straggler_exchange import ExchangeThread, StoreExchange
 
-FACT_PREFIX = "fact: "  # the cycle log adds "[relaunch] "
 MIN_REPORTS = 2  # consecutive reports below the threshold that name a straggler
 STALE_AFTER = (
     2  # a report is scored without the ranks still missing once another rank is this far ahead
@@ -60,13 +59,6 @@ def report_interval_value(text: str) -> float:
     if not 0 <= value < 1e9:
         raise ValueError("must be finite seconds >= 0 (0: off)")
     return value
-
-
-def fact(kind: str, cycle: int, **fields: Any) -> str:
-    """One fact line (without the cycle log's `[relaunch] ` prefix)."""
-    body: dict[str, Any] = {"fact": kind, "cycle": int(cycle)}
-    body.update(fields)
-    return FACT_PREFIX + json.dumps(body, separators=(",", ":"), allow_nan=False)
 
 
 def _median(values: list[float]) -> float:
