@@ -154,6 +154,20 @@ def cycle_url(dashboard_url: str | None, job_id: str, cycle: int | None) -> str 
     return base if cycle is None else f"{base}/cycles/{cycle}"
 
 
+def dashboard_button(url: str) -> dict[str, Any]:
+    """The Block Kit actions block with the "Open in dashboard" button."""
+    return {
+        "type": "actions",
+        "elements": [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Open in dashboard"},
+                "url": url,
+            }
+        ],
+    }
+
+
 def build_message(
     job_id: str,
     cycle: int | None,
@@ -219,18 +233,7 @@ def build_message(
         )
     url = cycle_url(dashboard_url, job_id, cycle)
     if url:
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {
-                        "type": "button",
-                        "text": {"type": "plain_text", "text": "Open in dashboard"},
-                        "url": url,
-                    }
-                ],
-            }
-        )
+        blocks.append(dashboard_button(url))
     text = f"relaunch {decision} job {job_id} cycle {cycle_txt}: {failure_class}"
     if basis:
         text += f" ({basis})"
@@ -294,18 +297,7 @@ def straggler_message(
         )
     url = cycle_url(dashboard_url, job_id, cycle)
     if url:
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {
-                        "type": "button",
-                        "text": {"type": "plain_text", "text": "Open in dashboard"},
-                        "url": url,
-                    }
-                ],
-            }
-        )
+        blocks.append(dashboard_button(url))
     ranks = ",".join(str(s.get("rank")) for s in slow)
     text = f"relaunch straggler job {job_id} cycle {cycle_txt}: rank(s) {ranks} slow"
     if url:
