@@ -352,8 +352,13 @@ class ProgressTracker:
                 if self.fallback_first is None:
                     first_fb = self._fb.first(region, line_at) or fb
                     self.fallback_first = (line_no(first_fb.start), first_fb)
-        if not self.ran_past_startup and self._act.groups:
+        # Only asked when no iteration was reported (policy reads it for such cycles alone):
+        # once one is, the activity anchors' search (a pass over each region) is skipped.
+        if not self.ran_past_startup and self._act.groups and self._no_iteration_yet():
             self.ran_past_startup = self._act.last(region, line_at, seen) is not None
+
+    def _no_iteration_yet(self) -> bool:
+        return self.last is None or self.last[1].iteration is None
 
     def result(self) -> Progress:
         last_it, first_it = self.last, self.first
@@ -375,5 +380,5 @@ class ProgressTracker:
             checkpoint_iteration=ck.iteration if ck else None,
             dialect=last.dialect if last else (ck.dialect if ck else None),
             line=line,
-            ran_past_startup=self.ran_past_startup,
+            ran_past_startup=self.ran_past_startup and self._no_iteration_yet(),
         )
