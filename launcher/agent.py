@@ -53,6 +53,7 @@ from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycl
 from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
 from launcher.straggler_scores import StragglerReports
+from launcher.validate import attribution_token
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
@@ -849,6 +850,7 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
             audit_dir=settings.audit_dir(),
             llm_config=settings.llm_config,
             policy=settings.policy(),
+            token=attribution_token(settings),
         )
 
     if sink_factory is None and settings.ft_log_funnel:

@@ -431,17 +431,25 @@ class HttpClient(AttributionClient):
         on_warning: OnWarning,
         *,
         endpoint: str,
+        token: str | None = None,
         request_timeout: float = 5.0,
         poll_interval: float = 0.25,
         verdict_timeout: float = 300.0,
     ) -> None:
+        # the service's bearer token (`relaunch serve --token-file`), sent with every request
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         if endpoint.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=endpoint[len("unix://") :])
             self._http = httpx.Client(
-                transport=transport, base_url="http://relaunch", timeout=request_timeout
+                transport=transport,
+                base_url="http://relaunch",
+                timeout=request_timeout,
+                headers=headers,
             )
         else:
-            self._http = httpx.Client(base_url=endpoint.rstrip("/"), timeout=request_timeout)
+            self._http = httpx.Client(
+                base_url=endpoint.rstrip("/"), timeout=request_timeout, headers=headers
+            )
         self.endpoint = endpoint
         self.poll_interval = poll_interval
         self.verdict_timeout = verdict_timeout
@@ -551,9 +559,11 @@ def make_client(
     audit_dir: str | None = None,
     llm_config: Any | None = None,
     policy: Any | None = None,
+    token: str | None = None,
 ) -> AttributionClient:
     """Build the client for `--ft-attribution-endpoint` (validated by the config).
-    `policy` (a PolicyConfig) is the embedded engine's; a service uses its own."""
+    `policy` (a PolicyConfig) is the embedded engine's; a service uses its own. `token`:
+    the service's bearer token (http/unix endpoints)."""
     if endpoint == "off":
         return OffClient(on_verdict, on_warning)
     if endpoint == "embedded":
@@ -566,5 +576,5 @@ def make_client(
             policy=policy,
         )
     if endpoint.startswith(("http://", "https://", "unix://")):
-        return HttpClient(on_verdict, on_warning, endpoint=endpoint)
+        return HttpClient(on_verdict, on_warning, endpoint=endpoint, token=token)
     raise ValueError(f"unknown attribution endpoint {endpoint!r}")

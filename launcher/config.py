@@ -190,6 +190,14 @@ OPTIONS: tuple[Option, ...] = (
         "embedded | http://HOST:PORT | unix:///PATH | off",
     ),
     Option(
+        "--ft-attribution-token-file",
+        "ft_attribution_token_file",
+        str,
+        "",
+        "file with the bearer token of a `relaunch serve --token-file` endpoint (http/unix)",
+        metavar="PATH",
+    ),
+    Option(
         "--ft-attribution-stop-action",
         "ft_attribution_stop_action",
         str,
@@ -316,6 +324,7 @@ class RunSettings:
     log_dir: str = "relaunch-logs"
     ft_attribution_endpoint: str = "embedded"
     ft_attribution_stop_action: str = "log"
+    ft_attribution_token_file: str = ""
     ft_db_url: str = ""
     ft_audit_dir: str = ""
     ft_heartbeat_timeout: float | None = 60.0

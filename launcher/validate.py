@@ -41,6 +41,20 @@ def check_audit_key() -> None:
         raise ConfigError(f"${HMAC_KEY_ENV}: {exc}") from None
 
 
+def attribution_token(settings: RunSettings) -> str | None:
+    """The bearer token for an http/unix attribution endpoint (`--ft-attribution-token-file`),
+    None without one; an unusable file is a ConfigError."""
+    from attribution.token_file import TokenFileError, read_token_file
+
+    path = settings.ft_attribution_token_file
+    if not path or settings.ft_attribution_endpoint in ("embedded", "off"):
+        return None
+    try:
+        return read_token_file(path, "--ft-attribution-token-file")
+    except TokenFileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_endpoint(text: str) -> None:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -63,6 +77,7 @@ def check_settings(settings: RunSettings) -> None:
     except ValueError as exc:
         raise ConfigError(f"--rdzv-conf {settings.rdzv_conf!r}: {exc}") from None
     if settings.ft_attribution_endpoint != "embedded":
+        attribution_token(settings)
         return
     check_db_url(settings.db_url())
     check_audit_key()

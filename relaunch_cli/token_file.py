@@ -1,35 +1,14 @@
-"""Read a bearer token file (`--token-file` of `relaunch mcp`): the file's stripped text.
-
-Regular files only, at most 4 KiB, opened without blocking: a FIFO or a device named as
-the token file is a one-line error, never a hang.
-"""
+"""Read a bearer token file (`--token-file` of `relaunch serve` and `relaunch mcp`) for the
+CLI: `attribution.token_file` with its errors as one-line usage errors."""
 
 from __future__ import annotations
 
-import os
-import stat
-
+from attribution.token_file import TokenFileError, read_token_file
 from relaunch_cli.errors import UserError
-
-MAX_TOKEN_BYTES = 4096
 
 
 def read_token(path: str, option: str = "--token-file") -> str:
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise UserError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError(f"{option} {path} is not a regular file")
-        data = fh.read(MAX_TOKEN_BYTES + 1)
-    if len(data) > MAX_TOKEN_BYTES:
-        raise UserError(f"{option} {path} is larger than {MAX_TOKEN_BYTES} bytes")
-    try:
-        token = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise UserError(f"{option} {path} is not text") from None
-    if not token:
-        raise UserError(f"{option} {path} is empty")
-    return token
+        return read_token_file(path, option)
+    except TokenFileError as exc:
+        raise UserError(str(exc)) from None

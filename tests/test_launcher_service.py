@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -32,12 +33,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(params=["http", "unix"])
-def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def _serve(tmp_path: Path, kind: str, extra: tuple[str, ...] = ()) -> Iterator[str]:
+    """A real `relaunch serve` over TCP (`kind` "http") or a Unix socket; yields its endpoint."""
     why = engine_available()
     if why:
         pytest.skip(why)
-    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs").mkdir(exist_ok=True)
     args = [
         sys.executable,
         "-m",
@@ -47,8 +49,9 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         f"sqlite:///{tmp_path / 'service.db'}",
         "--allowed-root",
         str(tmp_path / "logs"),
+        *extra,
     ]
-    if request.param == "http":
+    if kind == "http":
         port = _free_port()
         args += ["--port", str(port)]
         endpoint = f"http://127.0.0.1:{port}"
@@ -71,7 +74,7 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 30
         while True:
-            try:
+            try:  # /healthz needs no token
                 if client.get("/healthz").status_code in (200, 503):
                     break
             except httpx.TransportError:
@@ -90,6 +93,12 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(params=["http", "unix"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with _serve(tmp_path, request.param) as endpoint:
+        yield endpoint
 
 
 def test_bug_stopped_by_service_verdict(tmp_path: Path, service: str) -> None:
@@ -197,3 +206,44 @@ def test_end_routes_reject_bad_input(tmp_path: Path, service: str) -> None:
         job = client.get("/v1/jobs/j").json()
     assert (job["state"], job["exit_code"]) == ("failed", 1)
     assert job["cycle_list"][0]["status"] == "ended"
+
+
+def test_token_protected_service_gets_the_launchers_token(tmp_path: Path) -> None:
+    """`relaunch serve --token-file`: the launcher sends `--ft-attribution-token-file`'s
+    token, so the job is recorded and its verdict stops the bug; an unusable token file is
+    a one-line error before any worker."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    with _serve(tmp_path, "http", ("--token-file", str(token))) as service:
+        bad = run_relaunch(
+            tmp_path,
+            job_args(tmp_path, "tokbad", "--ft-attribution-endpoint", service)
+            + ["--ft-attribution-token-file", str(tmp_path / "missing"), str(WORKER)],
+        )
+        assert bad.returncode == 2 and "--ft-attribution-token-file" in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        r = run_relaunch(
+            tmp_path,
+            job_args(
+                tmp_path,
+                "tok",
+                "--max-restarts",
+                "4",
+                "--ft-attribution-endpoint",
+                service,
+                "--ft-attribution-token-file",
+                str(token),
+                "--ft-attribution-stop-action",
+                "no-restart",
+            )
+            + [str(WORKER), "--mode", "bug"],
+        )
+        assert r.returncode == 3, r.stderr
+        with httpx.Client(base_url=service, timeout=5) as anon:
+            assert anon.get("/v1/jobs/tok").status_code == 401
+        with httpx.Client(
+            base_url=service, timeout=5, headers={"Authorization": "Bearer s3cret-token"}
+        ) as client:
+            job = client.get("/v1/jobs/tok").json()
+    assert job["state"] == "stopped", job
+    assert [c["cycle"] for c in job["cycle_list"]][:2] == [0, 1]

@@ -36,6 +36,8 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from attribution.token_file import read_token_file
+
 log = logging.getLogger(__name__)
 
 TRIGGERS = ("stop", "failure", "recurring")
@@ -676,20 +678,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_token(token_file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The bot token from `token_file`, else from $SLACK_BOT_TOKEN; None when neither."""
+    """The bot token from `token_file`, else from $SLACK_BOT_TOKEN; None when neither.
+
+    A token file that cannot be used is a ValueError (`TokenFileError`)."""
     if token_file:
-        try:
-            with open(token_file, encoding="utf-8") as fh:
-                token = fh.read().strip()
-        except OSError as exc:
-            raise ValueError(
-                f"cannot read --slack-token-file {token_file}: {exc.strerror}"
-            ) from exc
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"--slack-token-file {token_file} is not text") from exc
-        if not token:
-            raise ValueError(f"--slack-token-file {token_file} is empty")
-        return token
+        return read_token_file(token_file, "--slack-token-file")
     env = os.environ if environ is None else environ
     return env.get(ENV_TOKEN) or None
 
