@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restart_agent import LogScanner, decide
-from restart_agent.model import CycleEvidence, NodeHealthNote, PolicyConfig, PriorCycle
+from restart_agent.facts import PREFIX as _FACT_PREFIX
+from restart_agent.facts import FactCollector
+from restart_agent.model import (
+    CycleEvidence,
+    LauncherFacts,
+    NodeHealthNote,
+    PolicyConfig,
+    PriorCycle,
+)
+from restart_agent.stragglers import verdict_stragglers
 
 if TYPE_CHECKING:  # storage (SQLAlchemy) is imported only by callers that persist
     from storage import CycleRecord, HistoryRepository
@@ -98,6 +108,29 @@ class _BackgroundHasher:
 
     def abandon(self) -> None:
         self._queue.put(None)
+
+
+FACT_TAIL_BYTES = 1 << 20  # the launcher writes its end-of-cycle facts last
+FACT_PREFIX_BYTES = _FACT_PREFIX.encode()
+
+
+def tail_facts(log_path: str, opener: Opener | None = None) -> LauncherFacts | None:
+    """The launcher facts in the last MiB of a cycle log (regular files only)."""
+    if opener is not None:
+        fd = opener(log_path)
+    else:
+        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        f.seek(max(0, st.st_size - FACT_TAIL_BYTES))
+        data = f.read(FACT_TAIL_BYTES)
+    collector = FactCollector()
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if raw.startswith(FACT_PREFIX_BYTES):
+            collector.line(raw.decode("utf-8", "replace").rstrip("\r"), n)
+    return collector.result()
 
 
 def scan_with_identity(
@@ -272,9 +305,27 @@ class AttributionEngine:
     def end_cycle(
         self, job_id: str, cycle: int, outcome: str, *, reason: str | None = None
     ) -> None:
-        """Record how a cycle ended (`HistoryRepository.end_cycle`; no-op without one)."""
-        if self.repo is not None:
-            self.repo.end_cycle(job_id, cycle, outcome, reason=reason)
+        """Record how a cycle ended (`HistoryRepository.end_cycle`; no-op without one).
+
+        A cycle that succeeded is never analysed, so its straggler scores (the launcher's
+        facts at the end of its log) are stored here, read from the log's tail."""
+        if self.repo is None:
+            return
+        self.repo.end_cycle(job_id, cycle, outcome, reason=reason)
+        if outcome != "succeeded":
+            return  # a failed cycle's verdict carries them
+        rec = self.repo.get_cycle(job_id, cycle)
+        log_path = getattr(rec, "log_path", None)
+        if not log_path:
+            return
+        try:
+            facts = tail_facts(log_path, self.opener)
+        except (OSError, ValueError) as exc:  # gone, not a regular file, outside the roots
+            log.debug("no straggler scores for %s cycle %s: %s", job_id, cycle, exc)
+            return
+        scores = verdict_stragglers(facts, None)
+        if scores is not None:
+            self.repo.save_stragglers(job_id, cycle, scores)
 
     def end_job(
         self, job_id: str, state: str, exit_code: int, *, reason: str | None = None

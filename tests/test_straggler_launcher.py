@@ -189,3 +189,33 @@ def test_two_nodes_compare_their_ranks_through_the_rendezvous_store(tmp_path: Pa
     first = named[slow_node][0]
     assert (first["rank"], first["node"], first["reports"]) == (1, slow_node, 2)
     assert first["report"] <= 2 and first["relative"] < 0.7
+
+
+def test_a_succeeded_cycles_scores_are_kept_in_storage(tmp_path: Path) -> None:
+    """A cycle that succeeds is never analysed; its straggler scores still reach the
+    history (read from the facts at the end of its log when the launcher records its end)."""
+    from storage import open_repository
+
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    args = [
+        "--nproc-per-node",
+        "3",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--job-id",
+        "okslow",
+        "--ft-gpu-health",
+        "off",
+        "--ft-db-url",
+        db,
+        "--ft-straggler-report-interval",
+        "0.6",
+    ]
+    worker = [str(WORKER), "--reports", "4", "--base", "0.05", "--slow-rank", "1"]
+    r = run_relaunch(tmp_path, args + worker, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    repo = open_repository(db)
+    [(cycle, kept)] = repo.stragglers("okslow")
+    assert cycle == 0 and kept["persistent"] == [1], kept
+    assert set(kept["scores"][0]["ranks"]) == {"0", "1", "2"}
+    assert repo.get_cycle("okslow", 0).outcome == "succeeded"

@@ -47,8 +47,8 @@ async def end_cycle(job_id: str, cycle: int, body: CycleEnd, request: Request) -
     check_job_id(job_id)
     if not 0 <= cycle <= MAX_CYCLE:
         raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
-    repo = state_of(request).repo
-    await asyncio.to_thread(repo.end_cycle, job_id, cycle, body.outcome, reason=body.reason)
+    engine = state_of(request).engine  # stores a succeeded cycle's straggler scores too
+    await asyncio.to_thread(engine.end_cycle, job_id, cycle, body.outcome, reason=body.reason)
     return {"job_id": job_id, "cycle": cycle, "outcome": body.outcome}
 
 
