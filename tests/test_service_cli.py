@@ -26,7 +26,7 @@ def serve(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--allowed-root", "/nonexistent/dir"], "--allowed-root is not a directory"),
+        (["--allowed-root", "/proc/version/dir"], "--allowed-root is not a directory"),
         (["--token-file", "/nonexistent/token"], "cannot read --token-file"),
         (["--webhook-url", "ftp://x/y"], "--webhook-url must be http"),
         (["--db", "notaurl"], "not a database URL"),
