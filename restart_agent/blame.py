@@ -255,7 +255,10 @@ def pick_primary(
                 return on_f, "earliest root on the rank the launcher saw fail first"
             if primary is not None and is_root and primary.rank is None:
                 return _with_rank(primary, f, "launcher"), reason + "; rank from the launcher"
-            if not is_root or first.signal is not None:
+            initiating_death = (
+                first.signal is not None and first.signal not in taxonomy().follow_on_signals
+            )
+            if not is_root or initiating_death:
                 return _from_exit(first, f, "the launcher saw it fail first"), (
                     "the launcher saw this rank fail first and the log has no error of its own"
                 )

@@ -25,6 +25,8 @@ class Taxonomy:
     config_functions: re.Pattern[str] | None = None
     # timeout classes a persistent straggler before them may explain (restart_agent/stragglers.py)
     straggler_suspects: frozenset[str] = frozenset()
+    # deaths that are usually a consequence of another rank's failure (see taxonomy.yaml)
+    follow_on_signals: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -65,6 +67,9 @@ def taxonomy() -> Taxonomy:
     suspects = data.get("straggler_suspects") or []
     if not isinstance(suspects, list) or not all(isinstance(c, str) for c in suspects):
         raise RegistryError(f"{TAXONOMY_FILE}: straggler_suspects must be a list of classes")
+    follow_on = data.get("follow_on_signals") or []
+    if not isinstance(follow_on, list) or not all(isinstance(c, str) for c in follow_on):
+        raise RegistryError(f"{TAXONOMY_FILE}: follow_on_signals must be a list of signal names")
     return Taxonomy(
         dict(signals),
         exit_code,
@@ -72,4 +77,5 @@ def taxonomy() -> Taxonomy:
         frozenset(map(str, rows)),
         rx,
         frozenset(suspects),
+        frozenset(follow_on),
     )

@@ -137,3 +137,48 @@ def test_launcher_facts_round_trip_through_json() -> None:
     facts = scan_text(SIGKILL_5).launcher
     back = LauncherFacts.from_dict(json.loads(json.dumps(facts.to_dict())))
     assert back == facts
+
+
+def _first_exit_then_root(signal: str, exitcode: int) -> str:
+    """Rank 0 raises a workload error; the launcher saw rank 1 die first, by `signal`."""
+    return (
+        fact("cycle_start", job="j", node="n0", ranks=[0, 1], world_size=2, t=1.0)
+        + fact(
+            "rank_exit",
+            rank=1,
+            local_rank=1,
+            node="n0",
+            exitcode=exitcode,
+            signal=signal,
+            first=True,
+            t_s=3.0,
+        )
+        + "[rank0]: Traceback (most recent call last):\n"
+        + '[rank0]:   File "/work/train.py", line 40, in <module>\n'
+        + "[rank0]: ValueError: Corrupted sample at index 123 in shard /data/part-7.bin\n"
+        + fact(
+            "rank_exit",
+            rank=0,
+            local_rank=0,
+            node="n0",
+            exitcode=1,
+            signal=None,
+            first=True,
+            t_s=3.2,
+        )
+        + fact("cycle_end", outcome="failed", duration_s=3.5)
+    )
+
+
+def test_a_peer_that_aborted_first_does_not_hide_the_logs_root_error() -> None:
+    """gloo/NCCL abort a rank (SIGABRT) when its peer goes away; exit times can put that
+    abort first. The log's own root error (rank 0's bad sample) stays the primary."""
+    v = decide(scan_text(_first_exit_then_root("SIGABRT", -6)))
+    assert v.primary.failure_class == "bad_sample" and v.primary.rank == 0
+    assert v.primary.rank_source == "prefix"
+
+
+def test_a_rank_killed_first_by_sigkill_still_replaces_the_logs_root() -> None:
+    v = decide(scan_text(_first_exit_then_root("SIGKILL", -9)))
+    assert v.primary.failure_class == "killed_sigkill" and v.primary.rank == 1
+    assert v.primary.rank_source == "launcher"
