@@ -44,7 +44,7 @@ def check_audit_key() -> None:
 def attribution_token(settings: RunSettings) -> str | None:
     """The bearer token for an http/unix attribution endpoint (`--ft-attribution-token-file`),
     None without one; an unusable file is a ConfigError."""
-    from attribution.token_file import TokenFileError, read_token_file
+    from restart_agent.secret_file import TokenFileError, read_token_file
 
     path = settings.ft_attribution_token_file
     if not path or settings.ft_attribution_endpoint in ("embedded", "off"):

@@ -1,10 +1,10 @@
 """Read a bearer token file (`--token-file` of `relaunch serve` and `relaunch mcp`) for the
-CLI: `attribution.token_file` with its errors as one-line usage errors."""
+CLI: `restart_agent.secret_file` with its errors as one-line usage errors."""
 
 from __future__ import annotations
 
-from attribution.token_file import TokenFileError, read_token_file
 from relaunch_cli.errors import UserError
+from restart_agent.secret_file import TokenFileError, read_token_file
 
 
 def read_token(path: str, option: str = "--token-file") -> str:

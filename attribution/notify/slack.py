@@ -36,7 +36,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from attribution.token_file import read_token_file
+from restart_agent.secret_file import read_token_file
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from restart_agent.secret_file import NotRegularFile, read_regular_bounded
+
+MAX_KEY_BYTES = 4096
+
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONTEXT_TOKENS = 8192
 MIN_CONTEXT_TOKENS = 1024
@@ -68,7 +72,14 @@ class LLMConfig:
             return os.environ.get("OPENAI_API_KEY") or NO_KEY
         path = Path(self.api_key_file)
         try:
-            text = path.read_text(encoding="utf-8", errors="strict")
+            data = read_regular_bounded(str(path), MAX_KEY_BYTES)
+            if len(data) > MAX_KEY_BYTES:
+                raise LLMConfigError(
+                    f"LLM API key file is larger than {MAX_KEY_BYTES} bytes: {path}"
+                )
+            text = data.decode("utf-8", errors="strict")
+        except NotRegularFile:
+            raise LLMConfigError(f"LLM API key file is not a regular file: {path}") from None
         except FileNotFoundError:
             raise LLMConfigError(f"LLM API key file not found: {path}") from None
         except IsADirectoryError:

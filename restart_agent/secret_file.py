@@ -1,0 +1,66 @@
+"""Read a secret from a file (bearer tokens, the Slack bot token, the LLM API key).
+
+Regular files only, bounded, opened without blocking: a FIFO, a device or a directory named
+as the file is an error, never a hang or a read without end. `read_token_file` gives one
+`TokenFileError` (a ValueError) line for every problem; `read_regular_bounded` leaves the
+OS errors to the caller (the LLM key file maps them to its own messages). Used by `serve`,
+`mcp`, the Slack notifier, the launcher's HTTP attribution client and `restart_agent.llm`
+(so it lives in the lowest package).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+MAX_TOKEN_BYTES = 4096
+
+
+class TokenFileError(ValueError):
+    """A token file that cannot be used (the message names the option and why)."""
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, a device, a socket or a directory."""
+
+
+def read_regular_bounded(path: str, limit: int = MAX_TOKEN_BYTES) -> bytes:
+    """At most `limit` + 1 bytes of a regular file (a longer file is the caller's error).
+
+    Raises FileNotFoundError / PermissionError / IsADirectoryError / NotRegularFile."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", path)
+        parts: list[bytes] = []
+        total = 0
+        while total <= limit and (chunk := os.read(fd, limit + 1 - total)):
+            parts.append(chunk)
+            total += len(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def read_token_file(path: str, option: str = "--token-file") -> str:
+    """The file's stripped text; every problem is one `TokenFileError` line."""
+    try:
+        data = read_regular_bounded(path, MAX_TOKEN_BYTES)
+    except (NotRegularFile, IsADirectoryError):
+        raise TokenFileError(f"{option} {path} is not a regular file") from None
+    except OSError as exc:
+        raise TokenFileError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOKEN_BYTES:
+        raise TokenFileError(f"{option} {path} is larger than {MAX_TOKEN_BYTES} bytes")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise TokenFileError(f"{option} {path} is not text") from None
+    if not token:
+        raise TokenFileError(f"{option} {path} is empty")
+    return token
