@@ -50,6 +50,7 @@ from fastapi.responses import (
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from storage import dashboard_queries
+from storage.repository import JOB_STATES
 from web import charts, logview, views
 from web.advice import next_step
 
@@ -69,7 +70,6 @@ PAGE_PREFIXES = ("/jobs", "/search", "/static")
 RAW_LOG_PATH = re.compile(r"^/jobs/.+/cycles/[^/]+/log(?:\.txt|/tail)?$")
 JOBS_LIMIT = 500  # jobs listed on / (failing first, then most recently updated)
 WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
-JOB_STATES = ("running", "succeeded", "failed", "stopped", "unknown")
 LOG_PAGE_LINES = 500
 NODE_NOTES = 30
 METHODS = ["GET", "HEAD"]
@@ -130,7 +130,11 @@ def _parse_time(raw: str, name: str) -> datetime | None:
         raise _BadRequest(
             400, f"{name} must be a date or date-time like 2026-12-03 07:00, got {raw!r}"
         ) from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    try:  # 0001-01-01T00:00+01:00 lies before year 1 in UTC
+        return t.astimezone(timezone.utc)
+    except OverflowError:
+        raise _BadRequest(400, f"{name} is out of range: {raw!r}") from None
 
 
 def _parse_int(raw: str, name: str, default: int) -> int:
