@@ -26,6 +26,14 @@ class Coalescer:
         with self._lock:
             return self._inflight.get(key)
 
+    def join(self, key: Hashable) -> Future[Any] | None:
+        """The run in flight for `key` (counted as a joined request), or None."""
+        with self._lock:
+            fut = self._inflight.get(key)
+            if fut is not None:
+                self.joined += 1
+            return fut
+
     def submit(self, key: Hashable, fn: Callable[[], Any]) -> tuple[Future[Any], bool]:
         """Return (future, started_new)."""
         with self._lock:

@@ -4,6 +4,9 @@
 `submit_log`, `lookup_log`, `analyze`, ... and turn `ApiError`s into responses.
 Analyses run on a bounded thread pool; identical concurrent requests for the same
 (job, cycle) share one analysis (`Coalescer`); verdicts are cached in the database.
+Everything that decides whether a (job, cycle) gets a new analysis (tracking the log,
+joining the one in flight, reusing the stored verdict, starting one) runs under that
+key's lock (`_key_lock`), so two identical requests never both start one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ INTENTS = ("track_only", "progressive", "terminal")
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,254}$")
 MAX_CYCLE = 2**31 - 1
 PROGRESSIVE_SLICE = 64 << 20  # bytes read per log per poll pass
+KEY_LOCKS = 64  # striped per-(job, cycle) locks: bounded memory, rare false sharing
 
 
 def check_job_id(job_id: str) -> str:
@@ -103,6 +107,7 @@ class ServiceState:
         self._logs: OrderedDict[str, TrackedLog] = OrderedDict()  # normalized path -> log
         self._by_key: dict[tuple[str, int], TrackedLog] = {}
         self._lock = threading.Lock()
+        self._key_locks = [threading.RLock() for _ in range(KEY_LOCKS)]
         self._poll_task: asyncio.Task[None] | None = None
         self.analyses = 0
         self.cache_hits = 0
@@ -263,6 +268,10 @@ class ServiceState:
         """A new TrackedLog whose reads are confined to the service's roots."""
         return TrackedLog(path=path, job_id=job_id, cycle=cycle, roots=self.read_roots, **kw)
 
+    def _key_lock(self, key: tuple[str, int]) -> threading.RLock:
+        """The lock serialising analysis decisions for (job, cycle) `key`."""
+        return self._key_locks[hash(key) % KEY_LOCKS]
+
     # --- tracked logs --------------------------------------------------------------------
     def _remember(self, tl: TrackedLog) -> None:
         with self._lock:
@@ -325,15 +334,18 @@ class ServiceState:
             prev = self.tracked(str(path))
             cycle = prev.cycle if prev and prev.job_id == job_id else self._pick_cycle(job_id, path)
         check_cycle(cycle)
-        tl = self.tracked(str(path))
-        if tl is None or tl.key != (job_id, cycle):
-            tl = self.track(path, job_id, cycle, user=user, intent=intent)
-            self._remember(tl)
-            self.repo.register_cycle(job_id, cycle, str(path))
-        elif intent != "track_only":
-            tl.intent = intent
-        if intent == "terminal":
-            self.analyze(tl)
+        # under the key's lock: concurrent identical submissions share one TrackedLog
+        # (else each would get its own, and a poller could read one no analysis fills)
+        with self._key_lock((job_id, cycle)):
+            tl = self.tracked(str(path))
+            if tl is None or tl.key != (job_id, cycle):
+                tl = self.track(path, job_id, cycle, user=user, intent=intent)
+                self._remember(tl)
+                self.repo.register_cycle(job_id, cycle, str(path))
+            elif intent != "track_only":
+                tl.intent = intent
+            if intent == "terminal":
+                self.analyze(tl)
         return {
             "submitted": True,
             "normalized_path": str(path),
@@ -365,10 +377,20 @@ class ServiceState:
 
         A new analysis is recorded in the history before it starts
         (`mark_analysis_requested`), so a service killed meanwhile resumes it on its next
-        start (`resumed=True`: such analyses are not refused for capacity)."""
-        running = self.coalescer.get(tl.key)
+        start (`resumed=True`: such analyses are not refused for capacity).
+
+        The join / cached-verdict / start decision is made under the key's lock: without
+        it a request could miss the stored verdict while another's analysis was still
+        running, then find nothing in flight because that analysis had just finished,
+        and start a second analysis of the unchanged log."""
+        with self._key_lock(tl.key):
+            return self._analyze_locked(tl, fr_culprit_ranks, force, resumed)
+
+    def _analyze_locked(
+        self, tl: TrackedLog, fr_culprit_ranks: list[int] | None, force: bool, resumed: bool
+    ) -> Future[dict[str, Any]]:
+        running = self.coalescer.join(tl.key)
         if running is not None:
-            self.coalescer.joined += 1
             return running
         if not resumed:
             self._check_capacity()
