@@ -37,6 +37,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from attribution.service.state import JOB_ID_RE, MAX_CYCLE
 from web.advice import next_step
 
 INSTRUCTIONS = """\
@@ -410,8 +411,17 @@ class _Tools:
         return FRAnalysis(culprit_ranks=fr.culprit_ranks(result), files=len(files), result=result)
 
 
-JobId = Annotated[str, Field(min_length=1, max_length=255, description="the job's --job-id")]
-Cycle = Annotated[int, Field(ge=0, description="cycle number (0 is the first launch)")]
+# the service's job-id rule and cycle bound (a job or cycle MCP stores must be reachable
+# through /v1 and fit the database's 32-bit column)
+JobId = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=255, pattern=JOB_ID_RE.pattern, description="the job's --job-id"
+    ),
+]
+Cycle = Annotated[
+    int, Field(ge=0, le=MAX_CYCLE, description="cycle number (0 is the first launch)")
+]
 Decision = Annotated[
     str | None, Field(None, pattern="^(STOP|RESTART)$", description="STOP or RESTART")
 ]
@@ -475,8 +485,10 @@ def build_server(
                 min_length=1, max_length=MAX_PATH_LEN, description="absolute path of the log file"
             ),
         ],
-        job_id: Annotated[str | None, Field(None, min_length=1, max_length=255)] = None,
-        cycle: Annotated[int | None, Field(None, ge=0)] = None,
+        job_id: Annotated[
+            str | None, Field(None, min_length=1, max_length=255, pattern=JOB_ID_RE.pattern)
+        ] = None,
+        cycle: Annotated[int | None, Field(None, ge=0, le=MAX_CYCLE)] = None,
         save: Annotated[bool, Field(description="store the verdict in the history")] = False,
     ) -> LogAnalysis:
         return await run(tools.analyze_log, path, job_id, cycle, save)

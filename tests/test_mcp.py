@@ -171,6 +171,9 @@ def test_bad_arguments_are_tool_errors(world: dict[str, Any]) -> None:
             ("analyze_log", {"path": str(world["root"] / "missing.log")}),
             ("analyze_fr_dumps", {"paths": []}),
             ("analyze_fr_dumps", {"paths": [str(world["tmp"])]}),
+            ("explain_cycle", {"job_id": "train-llama", "cycle": 2**63}),
+            ("analyze_log", {"path": str(world["root"] / "x.log"), "job_id": "../../x"}),
+            ("analyze_log", {"path": str(world["root"] / "x.log"), "cycle": 2**31}),
         ],
     )
     texts = [error_text(r) for r in results]
@@ -187,6 +190,10 @@ def test_bad_arguments_are_tool_errors(world: dict[str, Any]) -> None:
     assert "no such file" in texts[10]
     assert "paths" in texts[11]
     assert "outside the allowed roots" in texts[12]
+    # bounds of the service's /v1 (a stored cycle or job must be reachable there)
+    assert "cycle" in texts[13] and "less than or equal to 2147483647" in texts[13]
+    assert "job_id" in texts[14] and "pattern" in texts[14]
+    assert "cycle" in texts[15] and "less than or equal to 2147483647" in texts[15]
 
 
 def test_analyze_fr_dumps_names_the_culprit(world: dict[str, Any]) -> None:
