@@ -575,7 +575,14 @@ class RelaunchAgent(LocalElasticAgent):
             return result
         self._maybe_release_analysis(st, worker_group)
         if result.state == WorkerState.FAILED:
-            self.attribution.hold()  # a restart follows: analysis waits until it is done
+            if self._gate_open:
+                self.attribution.hold()  # a restart follows: analysis waits until it is done
+            else:
+                # this cycle's workers died before they were up: holding again would starve
+                # the analyses queued since (a crash loop spends its whole budget before a
+                # verdict arrives); let them run during the restart
+                self._gate_open = True
+                self.attribution.release()
             st.failure = self._describe_failures(st, result) or "worker group failed"
         elif result.state == WorkerState.SUCCEEDED:
             st.log.event("all ranks exited with code 0")

@@ -403,3 +403,26 @@ def test_stop_verdict_is_only_logged_by_default(tmp_path: Path) -> None:
     assert "was recorded, not acted on" in r.stderr
     job = _job(tmp_path, "dflt")
     assert (job.state, job.exit_code) == ("failed", 1)
+
+
+def test_a_crash_loop_faster_than_the_analysis_gate_is_still_stopped(tmp_path: Path) -> None:
+    """Workers that die at once (before they ever talk to the launcher) must not starve the
+    analyses: the STOP verdict arrives and ends the job long before its restart budget is
+    spent (it used to run all 21 cycles and only then print every verdict)."""
+    script = tmp_path / "early.py"
+    script.write_text('raise ValueError("lr must be positive, got -0.1")\n')
+    r = run_relaunch(
+        tmp_path,
+        job_args(
+            tmp_path,
+            "loop",
+            "--max-restarts",
+            "20",
+            "--ft-attribution-stop-action",
+            "no-restart",
+        )
+        + [str(script)],
+        timeout=240,
+    )
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert len(cycle_logs(tmp_path, "loop")) < 21, r.stderr[-3000:]
