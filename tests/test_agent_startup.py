@@ -160,3 +160,12 @@ def test_launcher_iterations_are_progress() -> None:
     assert (
         verdicts[-1].progress.source == "launcher" and verdicts[-1].progress.last_iteration == 800
     )
+
+
+def test_python_dash_m_with_a_missing_module_stops_on_its_recurrence() -> None:
+    """`relaunch run -m pkg.missing`: every rank's interpreter prints one line, no traceback.
+    It is the launch command's bug: a workload root, stopped when it recurs at startup."""
+    log = "".join(f"[rank{r}]: /usr/bin/python3: No module named s.nonexistent\n" for r in (0, 1))
+    first, second = run_job([log, log])
+    assert first.primary.failure_class == "module_not_found" and first.decision == "RESTART"
+    assert (second.decision, second.rule) == ("STOP", "stop.startup_recurrence")
