@@ -314,7 +314,9 @@ def decide(
     that ran this cycle turns a ceiling STOP into `restart.unhealthy_node_excluded`.
     """
     primary, reason = pick_primary(evidence, fr_culprit_ranks)
-    slow = straggler_suspect(primary, evidence.launcher)  # who is blamed, never the decision
+    slow = straggler_suspect(  # who is blamed, never the decision
+        primary, evidence.launcher, {c.failure_class for c in evidence.cascades}
+    )
     if slow is not None:
         primary, reason = slow, f"{reason}; rank {slow.rank} was a persistent straggler before it"
     prog = effective_progress(evidence)

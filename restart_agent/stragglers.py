@@ -33,12 +33,22 @@ def persistent(facts: LauncherFacts | None, before_line: int | None = None) -> l
     return sorted(out, key=lambda s: (s["relative"], s["since_line"], s["rank"]))
 
 
-def suspect(primary: Evidence | None, facts: LauncherFacts | None) -> Evidence | None:
+def suspect(
+    primary: Evidence | None,
+    facts: LauncherFacts | None,
+    cascade_classes: frozenset[str] | set[str] = frozenset(),
+) -> Evidence | None:
     """The primary evidence re-blamed on a persistent straggler, or None when the rule does
-    not apply (no timeout primary, no straggler named before it)."""
+    not apply (no timeout primary, no straggler named before it).
+
+    A timeout primary is a cascade, a class of `straggler_suspects`, or a process exit the
+    launcher saw (`launcher.exit`: no error of its own in the log) in a cycle whose
+    cascades (`cascade_classes`) include such a timeout: the rank timed out and exited."""
     if primary is None or facts is None or not facts.stragglers:
         return None
-    timeout = primary.role != "root" or primary.failure_class in taxonomy().straggler_suspects
+    suspects = taxonomy().straggler_suspects
+    timed_out_exit = primary.pattern_id == "launcher.exit" and bool(suspects & set(cascade_classes))
+    timeout = primary.role != "root" or primary.failure_class in suspects or timed_out_exit
     if not timeout:
         return None
     named = persistent(facts, primary.line)

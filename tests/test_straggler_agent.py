@@ -148,3 +148,21 @@ def test_malformed_straggler_facts_are_ignored() -> None:
     assert [s["ranks"] for s in ev.launcher.straggler_scores] == [{}]
     v = decide(ev)
     assert v.primary is not None and v.primary.rank_source != "straggler"
+
+
+def test_a_gloo_timeout_whose_rank_the_launcher_saw_exit_blames_the_straggler() -> None:
+    """Rank 0 times out in a gloo recv waiting on slow rank 2, prints the timeout (a
+    cascade) and exits 1; the launcher saw rank 0 exit first. The exit has no error of its
+    own, so the persistent straggler is still the suspect."""
+    named, summary = straggler_lines(2, 3)
+    timeout = (
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81]"
+        " Timed out waiting 30000ms for recv operation to complete\n"
+    )
+    exit0 = fact(
+        "rank_exit", rank=0, local_rank=0, node="n0", exitcode=1, signal=None, first=True, t_s=40.0
+    )
+    v = decide(scan_text(START + named + timeout + exit0 + summary))
+    assert v.primary is not None and v.primary.rank == 2, v.to_dict()["primary"]
+    assert v.primary.rank_source == "straggler"
+    assert v.to_dict()["stragglers"]["suspect_rank"] == 2
