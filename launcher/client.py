@@ -50,6 +50,7 @@ _sock: socket.socket | None = None
 _said_hello = False
 _bg: threading.Thread | None = None
 _bg_stop = threading.Event()
+_open: list[str] = []  # the sections this process is in, innermost last (guarded by _lock)
 _WAIT_S = 1.0  # longest a progress report waits for the launcher
 
 
@@ -61,12 +62,16 @@ def _cycle() -> int:
     return int(os.environ.get("RELAUNCH_CYCLE", "-1"))
 
 
-def _send(kind: str, **fields: Any) -> None:
+def _send(kind: str, enter: str | None = None, leave: bool = False, **fields: Any) -> None:
     global _sock, _said_hello
     path = os.environ.get("RELAUNCH_FT_SOCKET")
     if not path:
         return
     with _lock:
+        if enter is not None:
+            _open.append(enter)
+        elif leave and _open:
+            _open.pop()
         try:
             if _sock is None:
                 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -74,10 +79,22 @@ def _send(kind: str, **fields: Any) -> None:
                 _sock.settimeout(_WAIT_S)
                 _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
             _said_hello = True
-            msg = {"r": _rank(), "c": _cycle(), "k": kind, "t": time.monotonic(), **fields}
-            # progress and straggler summaries must not be lost: wait briefly for room in
-            # the launcher's queue; a heartbeat that finds it full is dropped (the next will do)
-            _sock.settimeout(_WAIT_S if kind in ("progress", "hello", "strag") else 0.0)
+            # every message says which section the process is in now ("o", innermost open
+            # section or null): a section marker lost to a full queue is corrected by the
+            # next message, so a hang report never names a section the rank already left
+            msg = {
+                "r": _rank(),
+                "c": _cycle(),
+                "k": kind,
+                "t": time.monotonic(),
+                "o": _open[-1] if _open else None,
+                **fields,
+            }
+            # progress, straggler summaries and section markers should not be lost: wait
+            # briefly for room in the launcher's queue; a heartbeat that finds it full is
+            # dropped (the next will do)
+            waits = kind in ("progress", "hello", "strag", "sec_start", "sec_end")
+            _sock.settimeout(_WAIT_S if waits else 0.0)
             _sock.sendto(json.dumps(msg).encode(), path)
         except OSError:
             pass  # launcher gone or queue full: a lost heartbeat is not an error
@@ -91,11 +108,11 @@ def heartbeat() -> None:
 @contextmanager
 def section(name: str) -> Iterator[None]:
     """Mark a named section (e.g. "step", "checkpoint"); named in a hang report."""
-    _send("sec_start", s=str(name))
+    _send("sec_start", enter=str(name), s=str(name))
     try:
         yield
     finally:
-        _send("sec_end", s=str(name))
+        _send("sec_end", leave=True, s=str(name))
 
 
 def report_progress(*, iteration: int | None = None, checkpoint: str | None = None) -> None:

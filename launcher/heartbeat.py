@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
 _MAX_DGRAM = 65536
+_NOT_SAID = object()  # a message without "o" (an older client): its section is unknown
 
 
 @dataclass
@@ -61,9 +62,19 @@ class RankMonitor:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def observe(
-        self, rank: int, kind: str, section: str | None = None, sent_at: float | None = None
+        self,
+        rank: int,
+        kind: str,
+        section: str | None = None,
+        sent_at: float | None = None,
+        open_section: object = _NOT_SAID,
     ) -> None:
-        """Record a message; `sent_at` is the sender's time.monotonic() (same clock on a node)."""
+        """Record a message; `sent_at` is the sender's time.monotonic() (same clock on a node).
+
+        `open_section` is the section the rank said it was in when it sent the message
+        (None: none); it overrides what the section markers said, since a marker can be
+        lost to a full queue while the next message still arrives.
+        """
         now = self.clock()
         if sent_at is not None and now - 60.0 < sent_at < now:
             now = sent_at  # order by when ranks spoke, not when the receiver got to it
@@ -78,6 +89,9 @@ class RankMonitor:
                 st.section_since = now
             elif kind == "sec_end":
                 st.section = None
+            if open_section is not _NOT_SAID and open_section != st.section:
+                st.section = open_section  # type: ignore[assignment]
+                st.section_since = now
 
     def ranks_seen(self) -> set[int]:
         with self._lock:
@@ -180,7 +194,14 @@ class HeartbeatServer:
         if monitor is None or cycle != monitor.cycle:
             return  # a straggler of an earlier cycle
         sent_at = msg.get("t")
-        monitor.observe(rank, kind, msg.get("s"), sent_at if isinstance(sent_at, float) else None)
+        said = msg.get("o", _NOT_SAID)
+        monitor.observe(
+            rank,
+            kind,
+            msg.get("s"),
+            sent_at if isinstance(sent_at, float) else None,
+            said if said is None or isinstance(said, str) else _NOT_SAID,
+        )
         if kind == "progress" and self._on_progress is not None:
             self._on_progress(cycle, rank, msg)
         elif kind == "strag" and self._on_straggler is not None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -150,6 +152,88 @@ def test_section_timeouts() -> None:
     assert hang.section_limit == 3 and hang.silent_for == pytest.approx(4)
     mon.observe(1, "sec_end", "ckpt")
     assert mon.find_hang() is None
+
+
+def test_every_message_says_the_open_section() -> None:
+    """A lost `sec_end` (full queue) is corrected by the rank's next message, which says
+    which section it is in; nested sections fall back to the outer one."""
+    clock = Clock()
+    mon = RankMonitor(0, heartbeat_timeout=5, initial_timeout=100, clock=clock)
+    mon.observe(1, "sec_start", "step", open_section="step")
+    mon.observe(1, "hb", open_section=None)  # its sec_end never arrived
+    clock.now += 6
+    hang = mon.find_hang()
+    assert hang is not None and (hang.rank, hang.section) == (1, None)
+    mon.observe(1, "sec_start", "outer", open_section="outer")
+    mon.observe(1, "sec_start", "inner", open_section="inner")
+    mon.observe(1, "sec_end", "inner", open_section="outer")
+    assert mon._ranks[1].section == "outer"
+    mon.observe(2, "sec_start", "step")  # an older client without "o": markers alone
+    mon.observe(2, "hb")
+    assert mon._ranks[2].section == "step"
+
+
+def test_a_section_end_lost_to_a_full_queue_is_not_reported(tmp_path: Path) -> None:
+    """The real client against a launcher whose queue is full when the rank leaves its
+    section: the `sec_end` is dropped, the next heartbeat still clears the section."""
+    short = Path(tempfile.mkdtemp(prefix="relaunch-t-", dir="/tmp"))  # AF_UNIX path limit
+    server = HeartbeatServer()
+    try:
+        mon = RankMonitor(cycle=0, heartbeat_timeout=60, initial_timeout=60)
+        server.start_cycle(mon)
+        collector = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        collector.bind(str(short / "c.sock"))  # nobody reads it until the worker says so
+        collector.setblocking(False)
+        code = (
+            "import os, socket, sys\n"
+            "from launcher.client import heartbeat, section\n"
+            "heartbeat()\n"
+            "with section('step'):\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+            "    s.setblocking(False)\n"
+            "    try:\n"
+            "        while True:\n"
+            "            s.sendto(b'filler', os.environ['RELAUNCH_FT_SOCKET'])\n"
+            "    except BlockingIOError:\n"
+            "        pass\n"
+            "print('left', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "heartbeat()\n"
+        )
+        env = dict(os.environ, PYTHONPATH=str(REPO), RELAUNCH_FT_SOCKET=str(short / "c.sock"))
+        env.update(RANK="1", RELAUNCH_CYCLE="0")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+        def relay() -> list[dict]:
+            """Forward what the collector holds to the launcher's socket; the JSON ones."""
+            got = []
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+                while True:
+                    try:
+                        data = collector.recv(65536)
+                    except BlockingIOError:
+                        break
+                    out.sendto(data, server.path)
+                    if data != b"filler":
+                        got.append(json.loads(data))
+            assert server.sync(timeout=30)
+            return got
+
+        assert proc.stdout is not None and proc.stdout.readline() == b"left\n"
+        first = relay()
+        assert [m["k"] for m in first] == ["hello", "hb", "sec_start"]  # sec_end was dropped
+        assert mon._ranks[1].section == "step"
+        proc.communicate(b"go\n", timeout=30)
+        assert proc.returncode == 0
+        (last,) = relay()
+        assert (last["k"], last["o"]) == ("hb", None)
+        assert mon._ranks[1].section is None
+        collector.close()
+    finally:
+        server.close()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_section_timeouts_from_cli_and_yaml(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 ok: a few all_reduce steps, heartbeats and progress, exit 0.
 crash_once: rank 1 SIGKILLs itself mid-run in cycle 0; later cycles succeed.
-hang_once: rank 1 stops heart-beating (sleeps) in cycle 0; later cycles succeed.
+hang_once: rank 1 stops heart-beating (sleeps, outside any section) in cycle 0; rank 0 then
+  heart-beats once more and waits in section 'step'; later cycles succeed.
 bug: rank 0 hits the same deterministic bug at step 2 of every cycle (no checkpoint).
 fail_always: rank 1 exits with code 7 in every cycle (no analysis-specific text).
 slow_section_once: rank 0 stays in section 'ckpt' in cycle 0; later cycles succeed.
@@ -68,12 +69,15 @@ def main() -> int:
             if a.mode == "crash_once":
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.mode == "hang_once":
+                dist.send(torch.zeros(1), dst=0)  # after its last message: rank 0 may go on
                 time.sleep(3600)
         if step == 1 and cycle == 0 and rank == 0 and a.mode == "slow_section_once":
             with section("ckpt"):
                 time.sleep(3600)
         if step == 1 and cycle == 0 and rank == 0 and a.mode == "hang_once":
-            time.sleep(0.5)  # rank 0 goes silent (waiting in the collective) clearly later
+            # rank 0 speaks again only after rank 1 said its last word, so rank 1 is the
+            # rank silent longest whatever the scheduling (rank 0 then waits in step 2)
+            dist.recv(torch.zeros(1), src=1)
             heartbeat()
     if a.marker and rank == 0:
         with open(a.marker, "a") as fh:
