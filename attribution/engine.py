@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -293,17 +294,34 @@ class AttributionEngine:
     # -- analysis ----------------------------------------------------------------------
 
     def register_cycle(
-        self, job_id: str, cycle: int, log_path: str, *, node: str | int | None = None
+        self,
+        job_id: str,
+        cycle: int,
+        log_path: str,
+        *,
+        node: str | int | None = None,
+        started_at: datetime | None = None,
     ) -> CycleRecord | None:
-        """Record that a cycle started writing `log_path` (no-op without a repository)."""
+        """Record that a cycle started writing `log_path` (no-op without a repository);
+        `started_at`: when it started (default: now)."""
         if self.repo is None:
             return None
         return self.repo.register_cycle(
-            job_id, cycle, log_path, node=None if node is None else str(node)
+            job_id,
+            cycle,
+            log_path,
+            node=None if node is None else str(node),
+            started_at=started_at,
         )
 
     def end_cycle(
-        self, job_id: str, cycle: int, outcome: str, *, reason: str | None = None
+        self,
+        job_id: str,
+        cycle: int,
+        outcome: str,
+        *,
+        reason: str | None = None,
+        ended_at: datetime | None = None,
     ) -> None:
         """Record how a cycle ended (`HistoryRepository.end_cycle`; no-op without one).
 
@@ -311,7 +329,7 @@ class AttributionEngine:
         facts at the end of its log) are stored here, read from the log's tail."""
         if self.repo is None:
             return
-        self.repo.end_cycle(job_id, cycle, outcome, reason=reason)
+        self.repo.end_cycle(job_id, cycle, outcome, reason=reason, ended_at=ended_at)
         if outcome != "succeeded":
             return  # a failed cycle's verdict carries them
         rec = self.repo.get_cycle(job_id, cycle)

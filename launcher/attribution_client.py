@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -70,6 +71,10 @@ OnVerdict = Callable[[VerdictInfo], None]
 OnWarning = Callable[[str], None]
 
 
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class AttributionClient:
     """Base: a queue of tasks run in order by one daemon thread."""
 
@@ -96,7 +101,8 @@ class AttributionClient:
 
     # -- public, non-blocking -------------------------------------------------
     def register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
-        self._submit(lambda: self._register(job_id, cycle, log_path, node))
+        at = _utcnow()  # when the cycle started, not when the queue got to it
+        self._submit(lambda: self._register(job_id, cycle, log_path, node, at))
 
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
         self._submit(
@@ -107,11 +113,12 @@ class AttributionClient:
 
     def end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
         """Record how a cycle ended: succeeded | failed | stopped | interrupted."""
-        self._submit(
-            lambda: self._record_safely(
-                f"end of cycle {cycle}", lambda: self._end_cycle(job_id, cycle, outcome, reason)
-            )
-        )
+        at = _utcnow()
+
+        def end() -> None:
+            self._end_cycle(job_id, cycle, outcome, reason, at)
+
+        self._submit(lambda: self._record_safely(f"end of cycle {cycle}", end))
 
     def end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         """Record the job's final state (succeeded | failed | stopped | interrupted)."""
@@ -195,8 +202,10 @@ class AttributionClient:
         return done
 
     # -- to implement ---------------------------------------------------------
-    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
-        """Tell the endpoint a cycle log exists (best effort)."""
+    def _register(
+        self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
+    ) -> None:
+        """Tell the endpoint a cycle log exists (best effort); `at`: when it started."""
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         raise NotImplementedError
@@ -204,8 +213,10 @@ class AttributionClient:
     def _analysis_budget(self, log_path: str) -> float:
         return analysis_budget(log_path)
 
-    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
-        """Record the end of a cycle (best effort)."""
+    def _end_cycle(
+        self, job_id: str, cycle: int, outcome: str, reason: str | None, at: datetime
+    ) -> None:
+        """Record the end of a cycle (best effort); `at`: when it ended."""
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         """Record the job's final state (best effort)."""
@@ -392,12 +403,16 @@ class EmbeddedClient(AttributionClient):
             raise RuntimeError("embedded attribution engine is not available")
         return self._engine
 
-    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+    def _register(
+        self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
+    ) -> None:
         if self._engine is not None:
-            self._engine.register_cycle(job_id, cycle, log_path, node=node)
+            self._engine.register_cycle(job_id, cycle, log_path, node=node, started_at=at)
 
-    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
-        self._ready().end_cycle(job_id, cycle, outcome, reason=reason)
+    def _end_cycle(
+        self, job_id: str, cycle: int, outcome: str, reason: str | None, at: datetime
+    ) -> None:
+        self._ready().end_cycle(job_id, cycle, outcome, reason=reason, ended_at=at)
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         self._ready().end_job(job_id, state, exit_code, reason=reason)
@@ -467,7 +482,9 @@ class HttpClient(AttributionClient):
         if resp.status_code >= 400:
             raise RuntimeError(f"POST /logs answered {resp.status_code}: {resp.text[:200]}")
 
-    def _register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+    def _register(
+        self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
+    ) -> None:
         try:
             self._post(job_id, cycle, log_path, "track_only")
         except Exception as exc:
@@ -517,10 +534,12 @@ class HttpClient(AttributionClient):
     def _analysis_budget(self, log_path: str) -> float:
         return self.verdict_timeout + 2 * (self._http.timeout.read or 5.0)
 
-    def _end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
+    def _end_cycle(
+        self, job_id: str, cycle: int, outcome: str, reason: str | None, at: datetime
+    ) -> None:
         from urllib.parse import quote
 
-        body = {"outcome": outcome, "reason": reason}
+        body = {"outcome": outcome, "reason": reason, "ended_at": at.isoformat()}
         resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/end", json=body)
         if resp.status_code >= 400:
             raise RuntimeError(f"POST cycle end answered {resp.status_code}: {resp.text[:200]}")

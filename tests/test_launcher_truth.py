@@ -426,3 +426,30 @@ def test_a_crash_loop_faster_than_the_analysis_gate_is_still_stopped(tmp_path: P
     )
     assert r.returncode == 3, r.stderr[-3000:]
     assert len(cycle_logs(tmp_path, "loop")) < 21, r.stderr[-3000:]
+
+
+def test_cycle_times_are_when_it_ran_not_when_the_records_were_written(tmp_path: Path) -> None:
+    """Cycle 0 fails at once, before the history database is even open: its records wait in
+    the client's queue, yet its stored start lies before its log was last written and its
+    end after that, and cycle 1 starts after it ended."""
+    from datetime import datetime, timezone
+
+    script = tmp_path / "once.py"
+    script.write_text(
+        "import os, sys\nsys.exit(1 if os.environ.get('RELAUNCH_CYCLE') == '0' else 0)\n"
+    )
+    r = run_relaunch(tmp_path, job_args(tmp_path, "times") + [str(script)], timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    repo = _repo(tmp_path)
+    try:
+        c0, c1 = repo.list_cycles("times")[:2]
+    finally:
+        repo.close()
+    log0 = tmp_path / "logs" / "times" / "cycle_0.log"
+    written = datetime.fromtimestamp(log0.stat().st_mtime, timezone.utc)
+    assert c0.started_at <= written <= c0.ended_at <= c1.started_at, (
+        c0.started_at,
+        written,
+        c0.ended_at,
+        c1.started_at,
+    )

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.routes_nvrx import state_of
@@ -29,6 +29,8 @@ class CycleEnd(BaseModel):
 
     outcome: Ending
     reason: str | None = Field(default=None, max_length=2000)
+    # when the launcher saw the cycle end (its requests may be queued); default: now
+    ended_at: AwareDatetime | None = None
 
 
 class JobEnd(BaseModel):
@@ -48,7 +50,9 @@ async def end_cycle(job_id: str, cycle: int, body: CycleEnd, request: Request) -
     if not 0 <= cycle <= MAX_CYCLE:
         raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
     engine = state_of(request).engine  # stores a succeeded cycle's straggler scores too
-    await asyncio.to_thread(engine.end_cycle, job_id, cycle, body.outcome, reason=body.reason)
+    await asyncio.to_thread(
+        engine.end_cycle, job_id, cycle, body.outcome, reason=body.reason, ended_at=body.ended_at
+    )
     return {"job_id": job_id, "cycle": cycle, "outcome": body.outcome}
 
 
