@@ -78,7 +78,7 @@ class SlackConfig:
 class _Outgoing:
     job_id: str
     cycle: int | None
-    kind: str  # stop | failure | recurring
+    kind: str  # stop | failure | recurring | straggler
     text: str
     blocks: list[dict[str, Any]]
     verdict: dict[str, Any] = field(default_factory=dict)
@@ -436,6 +436,10 @@ class SlackNotifier:
             verdict=dict(verdict),
             suppressed=suppressed,
         )
+        return kind if self._enqueue(item) else None
+
+    def _enqueue(self, item: _Outgoing) -> bool:
+        """Hand an alert to the worker thread; False (logged) when its queue is full."""
         with self._idle:
             self._busy += 1
         try:
@@ -444,9 +448,9 @@ class SlackNotifier:
             with self._idle:
                 self._busy -= 1
                 self._idle.notify_all()
-            log.error("slack: queue full, dropped a %s alert for job %s", kind, job_id)
-            return None
-        return kind
+            log.error("slack: queue full, dropped a %s alert for job %s", item.kind, item.job_id)
+            return False
+        return True
 
     def _notify_straggler(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> bool:
         """Queue a straggler alert when a rank was slow in >= `straggler_reports` reports."""
@@ -463,17 +467,7 @@ class SlackNotifier:
             job_id, cycle, slow, verdict.get("stragglers") or {}, self.config.dashboard_url
         )
         item = _Outgoing(job_id, cycle, "straggler", text, blocks, verdict=dict(verdict))
-        with self._idle:
-            self._busy += 1
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            with self._idle:
-                self._busy -= 1
-                self._idle.notify_all()
-            log.error("slack: queue full, dropped a straggler alert for job %s", job_id)
-            return False
-        return True
+        return self._enqueue(item)
 
     def _kind(self, verdict: Mapping[str, Any]) -> str | None:
         decision = verdict.get("decision")
