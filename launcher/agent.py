@@ -45,7 +45,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
 from attribution.terminal import safe_text
-from launcher import facts, jobwide
+from launcher import facts, jobwide, progress_guard
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings
 from launcher.console import Console
@@ -53,12 +53,14 @@ from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycl
 from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
 from launcher.straggler_scores import StragglerReports
+from launcher.timeouts_auto import AutoTimeouts, effective
 from launcher.validate import attribution_token
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
 EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
+EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
 
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
@@ -72,6 +74,10 @@ class _StopJob(Exception):
 
 class _NodeUnhealthy(Exception):
     """The preflight found this node unhealthy."""
+
+
+class _NoProgress(Exception):
+    """The progress guard ended the job after a rendezvous (every node decides the same)."""
 
 
 @dataclass
@@ -171,6 +177,8 @@ def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tupl
         return "stopped", f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
     if code == EXIT_NODE_UNHEALTHY:
         return "failed", "the node health preflight found this node unhealthy"
+    if code == EXIT_NO_PROGRESS:
+        return "stopped", "no progress (see the progress guard line)"
     if code > 128:
         try:
             name = signal.Signals(code - 128).name
@@ -230,6 +238,15 @@ class RelaunchAgent(LocalElasticAgent):
         self.recorded_stops: list[VerdictInfo] = []  # STOP verdicts only logged (action log)
         self.final: tuple[str, int, str] | None = None  # (state, exit code, reason) recorded
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
+        self._progress = progress_guard.ProgressGuard(  # docs/launcher.md, progress guard
+            settings.ft_max_no_progress_restarts, settings.ft_min_progress_iterations
+        )
+        self.no_progress_reason: str | None = None
+        self._auto_timeouts = (
+            AutoTimeouts(settings.job_dir, settings.ft_safety_factor, self.say)
+            if settings.ft_calculate_timeouts
+            else None
+        )
         self._stored_next = self.attribution.stored_next_cycle(settings.job_id)
 
     # -- printing ---------------------------------------------------------------
@@ -371,6 +388,9 @@ class RelaunchAgent(LocalElasticAgent):
             monitor = self._monitor
             client = bool(st.iterations) or bool(monitor is not None and monitor.ranks_seen())
             st.log.event(facts.iterations(st.cycle, dict(st.iterations or {}), st.ranks, client))
+            self._progress.cycle_ended(st.iterations)
+            if self._auto_timeouts is not None:
+                self._auto_timeouts.end_cycle(st.cycle)
             st.log.event(facts.cycle_end(st.cycle, outcome, duration))
             st.log.event(f"cycle {st.cycle} end: {outcome} after {duration:.1f} s")
             st.ended = True
@@ -444,6 +464,49 @@ class RelaunchAgent(LocalElasticAgent):
             agreed = mine
         self._next_cycle_no = agreed.next_cycle
         self._remaining_restarts = max(0, self.settings.max_restarts - agreed.restarts_used)
+        self._judge_progress(worker_group, tag)
+
+    def _judge_progress(self, worker_group: WorkerGroup, tag: str) -> None:
+        """After a restart's rendezvous: the progress guard's job-wide decision."""
+        guard = self._progress
+        try:
+            proposals = progress_guard.exchange(
+                worker_group.store,
+                worker_group.group_rank,
+                worker_group.group_world_size,
+                guard.proposal(),
+                tag=tag,
+            )
+        except SignalException:
+            raise
+        except Exception as exc:  # a node gone between the rendezvous and the exchange
+            self._warn(f"progress not agreed with the other nodes: {exc}")
+            proposals = [guard.proposal()]
+        d = guard.decide(proposals)
+        if not d.evaluated:
+            return
+        ended = max(0, (self._next_cycle_no or 0) - 1)  # the cycle just judged
+        line = progress_guard.describe(d, ended)
+        self._event(line)
+        self._event(
+            facts.fact(
+                "progress_guard",
+                ended,
+                progressed=d.progressed,
+                best_before=d.previous_best,
+                best=d.cycle_best,
+                count=d.state.count,
+                limit=d.limit if guard.enabled else None,
+            )
+        )
+        if not d.progressed:
+            self.say(line)
+        if d.end:
+            self.no_progress_reason = (
+                f"no progress: {d.state.count} consecutive restarts without a higher iteration "
+                f"than {d.previous_best} (--ft-max-no-progress-restarts {d.limit})"
+            )
+            raise _NoProgress(self.no_progress_reason)
 
     def _preflight(self) -> None:
         s = self.settings
@@ -509,12 +572,7 @@ class RelaunchAgent(LocalElasticAgent):
         if stopping:
             raise _StopJob()
         st = self._begin_cycle(worker_group)
-        monitor = RankMonitor(
-            st.cycle,
-            self.settings.ft_heartbeat_timeout,
-            self.settings.ft_initial_heartbeat_timeout,
-            section_timeouts=dict(self.settings.ft_rank_section_timeouts),
-        )
+        monitor = self._new_monitor(st)
         self._heartbeats.start_cycle(monitor)
         self._monitor = monitor
         os.environ[ENV_SOCKET] = self._heartbeats.path
@@ -533,6 +591,41 @@ class RelaunchAgent(LocalElasticAgent):
         self._wrap_close(st)
         st.log.add_ranks({w.local_rank: w.global_rank for w in worker_group.workers}, st.spool)
         return pids
+
+    def _new_monitor(self, st: _CycleState) -> RankMonitor:
+        """The cycle's hang monitor: explicit timeouts, replaced by calculated ones
+        (`--ft-calculate-timeouts`, launcher.timeouts_auto) once enough was observed."""
+        s, auto = self.settings, self._auto_timeouts
+        recorder = auto.recorder(st.node) if auto is not None else None
+        eff = effective(
+            s.ft_heartbeat_timeout,
+            s.ft_initial_heartbeat_timeout,
+            s.ft_rank_section_timeouts,
+            s.ft_rank_out_of_section_timeout,
+            auto.current if auto is not None else None,
+        )
+        if auto is not None:
+            st.log.event(
+                facts.fact(
+                    "timeouts",
+                    st.cycle,
+                    heartbeat=eff.heartbeat,
+                    initial=eff.initial,
+                    sections=eff.sections,
+                    out_of_section=eff.out_of_section,
+                    calculated=sorted(eff.calculated),
+                    safety_factor=auto.safety_factor,
+                )
+            )
+        return RankMonitor(
+            st.cycle,
+            eff.heartbeat,
+            eff.initial,
+            section_timeouts=eff.sections,
+            out_of_section_timeout=eff.out_of_section,
+            calculated=eff.calculated,
+            recorder=recorder,
+        )
 
     def _wrap_close(self, st: _CycleState) -> None:
         """Honour --workers-stop-timeout everywhere and remember which ranks failed first.
@@ -589,20 +682,7 @@ class RelaunchAgent(LocalElasticAgent):
         elif result.state == WorkerState.HEALTHY:
             hang = self._monitor.find_hang() if self._monitor is not None else None
             if hang is not None:
-                where = f" (in section {hang.section!r})" if hang.section else ""
-                phase = " (before its first heartbeat)" if hang.initial else ""
-                if hang.section_limit is not None:
-                    text = (
-                        f"hang detected: rank {hang.rank} in section {hang.section!r} for "
-                        f"{hang.silent_for:.1f} s (section timeout {hang.section_limit:g} s)"
-                    )
-                else:
-                    text = (
-                        f"hang detected: rank {hang.rank} sent no heartbeat for "
-                        f"{hang.silent_for:.1f} s{phase}{where}"
-                    )
-                if hang.others:
-                    text += f"; also silent: ranks {','.join(map(str, hang.others))}"
+                text = hang.describe()
                 st.log.event(
                     facts.hang(
                         st.cycle,
@@ -719,6 +799,10 @@ class RelaunchAgent(LocalElasticAgent):
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
             code = EXIT_NODE_UNHEALTHY
+        except _NoProgress as exc:
+            code = EXIT_NO_PROGRESS
+            self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
+            self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
         except SignalException as exc:  # elastic already stopped the workers with it
             self._signal_seen = True
             code = 128 + int(exc.sigval)
@@ -768,6 +852,8 @@ class RelaunchAgent(LocalElasticAgent):
         if code == EXIT_NODE_UNHEALTHY and self.settings.max_nodes > 1:
             return
         state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
+        if code == EXIT_NO_PROGRESS and self.no_progress_reason:
+            reason = self.no_progress_reason
         self.final = (state, code, reason)
         self.attribution.end_job(self.settings.job_id, state, code, reason)
 
@@ -891,7 +977,7 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
         # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
         # the other nodes go on without it, and a replacement node may join (closing would
         # end the job everywhere); an interrupted launcher leaves it too, as torchrun does.
-        if agent is not None and code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED):
+        if agent is not None and code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED, EXIT_NO_PROGRESS):
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
                 agent._worker_group.spec.rdzv_handler.shutdown()
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)

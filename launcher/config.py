@@ -34,6 +34,7 @@ from launcher.config_values import (
     optional_float,
     port_number,
     positive_float,
+    positive_int,
     prefix_template,
     ranks_filter_spec,
     rdzv_impl,
@@ -43,6 +44,7 @@ from launcher.config_values import (
 )
 from launcher.config_yaml import load_yaml as _load_yaml
 from launcher.straggler_scores import report_interval_value, threshold_value
+from launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
 
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
@@ -237,6 +239,37 @@ OPTIONS: tuple[Option, ...] = (
         {},
         "NAME:SECONDS,...: a rank inside section NAME longer than SECONDS is hung",
     ),
+    # -- out-of-section and calculated timeouts, progress guard (docs/launcher.md) -----
+    Option(
+        "--ft-rank-out-of-section-timeout",
+        "ft_rank_out_of_section_timeout",
+        optional_float,
+        None,
+        "a rank outside every section this long (since its last section or progress report) "
+        "is hung (off: none)",
+    ),
+    Option(
+        "--ft-calculate-timeouts",
+        "ft_calculate_timeouts",
+        boolean,
+        False,
+        "calculate the heartbeat, section and out-of-section timeouts from observed intervals",
+        is_flag=True,
+    ),
+    Option(
+        "--ft-safety-factor",
+        "ft_safety_factor",
+        safety_factor_value,
+        DEFAULT_SAFETY_FACTOR,
+        "calculated timeout = this factor x the longest interval observed",
+    ),
+    Option(
+        "--ft-min-progress-iterations",
+        "ft_min_progress_iterations",
+        positive_int,
+        1,
+        "a cycle made progress when the best reported iteration rose by at least this",
+    ),
     Option(
         "--workers-stop-timeout",
         "workers_stop_timeout",
@@ -330,6 +363,10 @@ class RunSettings:
     ft_heartbeat_timeout: float | None = 60.0
     ft_initial_heartbeat_timeout: float | None = 300.0
     ft_rank_section_timeouts: dict[str, float] = field(default_factory=dict)
+    ft_rank_out_of_section_timeout: float | None = None
+    ft_calculate_timeouts: bool = False
+    ft_safety_factor: float = DEFAULT_SAFETY_FACTOR
+    ft_min_progress_iterations: int = 1
     workers_stop_timeout: float = 15.0
     ft_node_health_check_endpoint: str = ""
     ft_gpu_health: str = "auto"

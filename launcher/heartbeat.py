@@ -11,6 +11,13 @@ A rank is supervised from its first message (the client sends `hello` when it is
 used). Until its first heartbeat the initial timeout applies (initialisation is slow);
 after that the heartbeat timeout. A rank that never talks to the launcher is not
 supervised: it cannot be hung by this definition, only dead (which elastic sees).
+
+The out-of-section timeout (NVRx's `rank_out_of_section_timeout`) bounds the time a rank
+spends outside every section: counted from its first message, from leaving its last
+section, or from its last progress report, whichever is latest (heartbeats do not reset
+it: a background heartbeat thread proves the process lives, not that it advances). With
+`--ft-calculate-timeouts` the monitor also records what it observes (`recorder`, see
+`launcher.timeouts_auto`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
@@ -37,6 +45,7 @@ class _RankState:
     last_heartbeat: float | None = None
     section: str | None = None
     section_since: float = 0.0
+    out_since: float = 0.0  # outside every section since (first message, section exit, progress)
 
 
 @dataclass
@@ -47,6 +56,35 @@ class Hang:
     initial: bool
     others: list[int] = field(default_factory=list)  # other ranks silent beyond their timeout
     section_limit: float | None = None  # set when a section timeout (not silence) was exceeded
+    out_of_section_limit: float | None = None  # set when the out-of-section timeout was exceeded
+    limit: float | None = None  # the timeout exceeded
+    calculated: bool = False  # that timeout was calculated (--ft-calculate-timeouts)
+
+    def describe(self) -> str:
+        """The `hang detected: ...` line (the analyzer's pattern matches its start)."""
+        how = ", calculated" if self.calculated else ""
+        if self.out_of_section_limit is not None:
+            text = (
+                f"hang detected: rank {self.rank} outside any section for "
+                f"{self.silent_for:.1f} s (out-of-section timeout {self.out_of_section_limit:g} s{how})"
+            )
+        elif self.section_limit is not None:
+            text = (
+                f"hang detected: rank {self.rank} in section {self.section!r} for "
+                f"{self.silent_for:.1f} s (section timeout {self.section_limit:g} s{how})"
+            )
+        else:
+            where = f" (in section {self.section!r})" if self.section else ""
+            phase = " (before its first heartbeat)" if self.initial else ""
+            text = (
+                f"hang detected: rank {self.rank} sent no heartbeat for "
+                f"{self.silent_for:.1f} s{phase}{where}"
+            )
+            if self.calculated and self.limit is not None:
+                text += f" (timeout {self.limit:g} s, calculated)"
+        if self.others:
+            text += f"; also silent: ranks {','.join(map(str, self.others))}"
+        return text
 
 
 @dataclass
@@ -57,6 +95,9 @@ class RankMonitor:
     heartbeat_timeout: float | None
     initial_timeout: float | None
     section_timeouts: dict[str, float] = field(default_factory=dict)
+    out_of_section_timeout: float | None = None
+    calculated: frozenset[str] = frozenset()  # which timeouts were calculated (names below)
+    recorder: Any = None  # launcher.timeouts_auto.Observations, or None
     clock: Callable[[], float] = time.monotonic
     _ranks: dict[int, _RankState] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -78,20 +119,34 @@ class RankMonitor:
         now = self.clock()
         if sent_at is not None and now - 60.0 < sent_at < now:
             now = sent_at  # order by when ranks spoke, not when the receiver got to it
+        rec = self.recorder
         with self._lock:
             st = self._ranks.get(rank)
             if st is None:
-                st = self._ranks[rank] = _RankState(first_seen=now)
+                st = self._ranks[rank] = _RankState(first_seen=now, out_since=now)
+            was_in = st.section
             if kind in ("hb", "sec_start", "sec_end", "progress"):
+                if rec is not None:
+                    if st.last_heartbeat is None:
+                        rec.initial.add(now - st.first_seen)
+                    else:
+                        rec.heartbeat.add(now - st.last_heartbeat)
                 st.last_heartbeat = now
             if kind == "sec_start":
                 st.section = section
                 st.section_since = now
             elif kind == "sec_end":
+                if rec is not None and section is not None and st.section == section:
+                    rec.section(section).add(now - st.section_since)
                 st.section = None
             if open_section is not _NOT_SAID and open_section != st.section:
                 st.section = open_section  # type: ignore[assignment]
                 st.section_since = now
+            ended_outside = was_in is None and (st.section is not None or kind == "progress")
+            if rec is not None and ended_outside:  # an out-of-section span ended
+                rec.out_of_section.add(now - st.out_since)
+            if st.section is None and (was_in is not None or kind == "progress"):
+                st.out_since = now
 
     def ranks_seen(self) -> set[int]:
         with self._lock:
@@ -114,6 +169,15 @@ class RankMonitor:
                     inside = now - st.section_since
                     if worst is None or inside > worst.silent_for:
                         worst = Hang(rank, inside, st.section, False, section_limit=sec_limit)
+                        worst.calculated = f"section:{st.section}" in self.calculated
+                    continue
+                oos = self.out_of_section_timeout
+                if st.section is None and oos and now - st.out_since > oos:
+                    silent_ranks.append(rank)
+                    outside = now - st.out_since
+                    if worst is None or outside > worst.silent_for:
+                        worst = Hang(rank, outside, None, False, out_of_section_limit=oos)
+                        worst.calculated = "out_of_section" in self.calculated
                     continue
                 if limit is None or limit <= 0:
                     continue
@@ -122,7 +186,9 @@ class RankMonitor:
                     continue
                 silent_ranks.append(rank)
                 if worst is None or silent > worst.silent_for:
-                    worst = Hang(rank, silent, st.section, initial)
+                    name = "initial" if initial else "heartbeat"
+                    worst = Hang(rank, silent, st.section, initial, limit=limit)
+                    worst.calculated = name in self.calculated
         if worst is not None:
             worst.others = sorted(r for r in silent_ranks if r != worst.rank)
         return worst
