@@ -468,44 +468,22 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _judge_progress(self, worker_group: WorkerGroup, tag: str) -> None:
         """After a restart's rendezvous: the progress guard's job-wide decision."""
-        guard = self._progress
-        try:
-            proposals = progress_guard.exchange(
-                worker_group.store,
-                worker_group.group_rank,
-                worker_group.group_world_size,
-                guard.proposal(),
-                tag=tag,
-            )
-        except SignalException:
-            raise
-        except Exception as exc:  # a node gone between the rendezvous and the exchange
-            self._warn(f"progress not agreed with the other nodes: {exc}")
-            proposals = [guard.proposal()]
-        d = guard.decide(proposals)
+        d = self._progress.judge(
+            worker_group.store,
+            worker_group.group_rank,
+            worker_group.group_world_size,
+            tag=tag,
+            warn=self._warn,
+        )
         if not d.evaluated:
             return
-        ended = max(0, (self._next_cycle_no or 0) - 1)  # the cycle just judged
-        line = progress_guard.describe(d, ended)
-        self._event(line)
-        self._event(
-            facts.fact(
-                "progress_guard",
-                ended,
-                progressed=d.progressed,
-                best_before=d.previous_best,
-                best=d.cycle_best,
-                count=d.state.count,
-                limit=d.limit if guard.enabled else None,
-            )
-        )
+        judged = max(0, (self._next_cycle_no or 0) - 1)
+        for line in progress_guard.lines(d, judged):
+            self._event(line)
         if not d.progressed:
-            self.say(line)
+            self.say(progress_guard.describe(d, judged))
         if d.end:
-            self.no_progress_reason = (
-                f"no progress: {d.state.count} consecutive restarts without a higher iteration "
-                f"than {d.previous_best} (--ft-max-no-progress-restarts {d.limit})"
-            )
+            self.no_progress_reason = progress_guard.end_reason(d)
             raise _NoProgress(self.no_progress_reason)
 
     def _preflight(self) -> None:
@@ -596,7 +574,7 @@ class RelaunchAgent(LocalElasticAgent):
         """The cycle's hang monitor: explicit timeouts, replaced by calculated ones
         (`--ft-calculate-timeouts`, launcher.timeouts_auto) once enough was observed."""
         s, auto = self.settings, self._auto_timeouts
-        recorder = auto.recorder(st.node) if auto is not None else None
+        recorder = auto.recorder(st.node) if auto is not None else None  # loads stored values
         eff = effective(
             s.ft_heartbeat_timeout,
             s.ft_initial_heartbeat_timeout,
@@ -605,18 +583,7 @@ class RelaunchAgent(LocalElasticAgent):
             auto.current if auto is not None else None,
         )
         if auto is not None:
-            st.log.event(
-                facts.fact(
-                    "timeouts",
-                    st.cycle,
-                    heartbeat=eff.heartbeat,
-                    initial=eff.initial,
-                    sections=eff.sections,
-                    out_of_section=eff.out_of_section,
-                    calculated=sorted(eff.calculated),
-                    safety_factor=auto.safety_factor,
-                )
-            )
+            st.log.event(auto.fact(st.cycle, eff))
         return RankMonitor(
             st.cycle,
             eff.heartbeat,

@@ -27,12 +27,13 @@ Pure logic plus the store exchange; no torch import.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from attribution.policy_config import MAX_VALUE
+from launcher import facts
 
 EXCHANGE_TIMEOUT_S = 300.0  # the other nodes left the same rendezvous round just now
 _KEY = "relaunch/progress"
@@ -146,6 +147,18 @@ class ProgressGuard:
     def proposal(self) -> Proposal:
         return Proposal(self.agreed, self.best_seen, self._ended)
 
+    def judge(
+        self, store: Any, rank: int, world: int, *, tag: str, warn: Callable[[str], None]
+    ) -> Decision:
+        """Exchange with the other nodes (`exchange`), then `decide`. A failed exchange (a
+        node gone between the rendezvous and the exchange) decides on this node's view."""
+        try:
+            proposals = exchange(store, rank, world, self.proposal(), tag=tag)
+        except (RuntimeError, OSError, ValueError, TypeError, TimeoutError) as exc:
+            warn(f"progress not agreed with the other nodes: {exc}")
+            proposals = [self.proposal()]
+        return self.decide(proposals)
+
     def decide(self, proposals: Iterable[Proposal]) -> Decision:
         prev, best_now, ended = merge(proposals)
         decision = step(prev, best_now, ended, self.limit, self.min_iterations)
@@ -167,6 +180,30 @@ def describe(d: Decision, cycle: int) -> str:
     return (
         f"progress guard: cycle {cycle} made no progress ({seen}): "
         f"{d.state.count} consecutive restart(s) without progress (limit {limit})"
+    )
+
+
+def lines(d: Decision, cycle: int) -> list[str]:
+    """The cycle log's line and fact for a judged restart of `cycle`."""
+    return [
+        describe(d, cycle),
+        facts.fact(
+            "progress_guard",
+            cycle,
+            progressed=d.progressed,
+            best_before=d.previous_best,
+            best=d.cycle_best,
+            count=d.state.count,
+            limit=d.limit if enabled(d.limit) else None,
+        ),
+    ]
+
+
+def end_reason(d: Decision) -> str:
+    """Why the job ends (console, cycle log, the job's recorded end)."""
+    return (
+        f"no progress: {d.state.count} consecutive restarts without a higher iteration than "
+        f"{d.previous_best} (--ft-max-no-progress-restarts {d.limit})"
     )
 
 

@@ -293,6 +293,21 @@ class AutoTimeouts:
         except OSError as exc:
             self.say(f"warning: calculated timeouts not stored in {path}: {exc}")
 
+    def fact(self, cycle: int, eff: Effective) -> str:
+        """The `timeouts` fact of a cycle: the values its monitor uses."""
+        from launcher import facts
+
+        return facts.fact(
+            "timeouts",
+            cycle,
+            heartbeat=eff.heartbeat,
+            initial=eff.initial,
+            sections=dict(eff.sections),
+            out_of_section=eff.out_of_section,
+            calculated=sorted(eff.calculated),
+            safety_factor=self.safety_factor,
+        )
+
     def fact_fields(self) -> dict[str, Any]:
         c = self.current or Calculated()
         return {

@@ -248,7 +248,7 @@ def test_yaml_values_apply_and_the_command_line_wins(tmp_path: Path) -> None:
               local_ranks_filter: 1
               rank_heartbeat_timeout: 120
               rdzv_impl: barrier
-              safety_factor: 5.0
+              workload_check_interval: 5.0
               ranks_filter: 0
             """
         )
@@ -261,7 +261,7 @@ def test_yaml_values_apply_and_the_command_line_wins(tmp_path: Path) -> None:
     assert "from 0" not in r.stdout + r.stderr  # the YAML filter still applies
     warnings = [ln for ln in _lines(r.stderr) if ln.startswith("relaunch run: warning:")]
     assert len(warnings) == 2, warnings
-    assert "'safety_factor' ignored" in warnings[0]
+    assert "'workload_check_interval' ignored" in warnings[0]
     assert "unknown option 'ranks_filter' ignored" in warnings[1]
     assert "did you mean" in warnings[1]
     cfg.write_text("fault_tolerance:\n  tee: 9\n")

@@ -663,7 +663,9 @@ def test_nvrx_yaml_section_precedence_and_warnings(tmp_path: Path) -> None:
         "    rank_heartbeat_timeout: 120\n    initial_rank_heartbeat_timeout: 900\n"
         "    restart_policy: any-failed\n    rdzv_impl: barrier\n"
         "    max_no_progress_cycles: 4\n    same_root_retries: 2\n"
-        "    min_progress_iterations: 1\n    safety_factor: 5\n    tee: 3\n"
+        "    min_progress_iterations: 3\n    safety_factor: 4\n    tee: 3\n"
+        "    rank_out_of_section_timeout: 90\n    calc_ft_timeouts: true\n"
+        "    num_warmup_iterations: 5\n"
         "    rank_hartbeat_timeout: 5\n"
     )
     s = config.resolve({"ft_same_root_retries": 7}, str(cfg))
@@ -674,12 +676,14 @@ def test_nvrx_yaml_section_precedence_and_warnings(tmp_path: Path) -> None:
     assert s.policy().job_no_progress_ceiling == 4
     assert s.policy().same_root_no_progress_retries == 7
     warnings = "\n".join(s.warnings)
-    assert "'min_progress_iterations' ignored" in warnings
-    assert "'safety_factor' ignored" in warnings
+    # NVRx keys relaunch now acts on (progress guard, calculated timeouts)
+    assert (s.ft_min_progress_iterations, s.ft_safety_factor) == (3, 4.0)
+    assert (s.ft_rank_out_of_section_timeout, s.ft_calculate_timeouts) == (90.0, True)
+    assert "'num_warmup_iterations' ignored" in warnings
     assert "unknown option 'rank_hartbeat_timeout' ignored" in warnings
     assert "did you mean 'rank_heartbeat_timeout'" in warnings
     assert "--ft-restart-policy is deprecated" in warnings
-    assert len(s.warnings) == 4
+    assert len(s.warnings) == 3
     # the model's keys outside the section are not options and are not reported
     assert "layers" not in warnings
 

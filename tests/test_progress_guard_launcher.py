@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from tests._launcher_helpers import (
     engine_available,
     job_args,
     read_log,
+    relaunch_env,
     run_relaunch,
 )
 
@@ -201,3 +205,41 @@ def test_bad_values_are_one_line_errors(tmp_path: Path) -> None:
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and why in lines[0], (flag, r.stderr)
         assert not (tmp_path / "logs" / "bad").exists() or not cycle_logs(tmp_path, "bad")
+
+
+def test_two_nodes_end_together_when_only_rank_0_reports(tmp_path: Path) -> None:
+    """Two launchers on loopback (one worker each); only node 0's rank reports progress.
+    Node 1 learns the job's best through the rendezvous store, so both count the same
+    restarts and both end the job at the same cycle boundary."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = [
+        sys.executable, "-m", "relaunch_cli", "run",
+        "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "pg2",
+        "--log-dir", str(tmp_path / "logs"), "--job-id", "pg2", "--max-restarts", "10",
+        "--ft-max-no-progress-restarts", "2",
+        "--workers-stop-timeout", "3", "--ft-attribution-endpoint", "off",
+        "--ft-gpu-health", "off", str(WORKER), "--mode", "rank0_reports",
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [5, 5], errs
+    for err in errs:
+        assert "no progress: 2 consecutive restarts without a higher iteration than 5" in err
+    judged: dict[str, list[tuple]] = {}
+    for name in cycle_logs(tmp_path, "pg2"):
+        node = name.split(".")[1]
+        text = (tmp_path / "logs" / "pg2" / name).read_text()
+        judged.setdefault(node, []).extend(
+            (f["cycle"], f["progressed"], f["best"], f["count"])
+            for f in _facts(text, "progress_guard")
+        )
+    assert judged["node0"] == judged["node1"], judged
+    assert judged["node0"] == [(0, True, 5, 0), (1, False, 5, 1), (2, False, 5, 2)], judged

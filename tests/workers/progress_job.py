@@ -5,6 +5,8 @@ No torch.distributed: each rank talks to the launcher through `launcher.client` 
 stuck: every cycle reports iteration 5 and exits 1 (no progress after the first cycle).
 advance: every cycle reports iteration 10*(cycle+1) and exits 1 (progress every cycle).
 silent: never imports the client; exits 1 every cycle.
+rank0_reports: global rank 0 reports iteration 5 and exits 1; the other ranks never use
+  the client and exit 1 (a job where only rank 0 reports progress).
 out_of_section: heart-beats from a thread, runs one section, reports iteration 1, then
   blocks forever outside any section.
 calibrate_then_hang: cycle 0 of the job id: waits 1 s, heart-beats 5 times 0.3 s apart,
@@ -30,13 +32,13 @@ def main() -> int:
     p.add_argument("--mode", required=True)
     mode = p.parse_args().mode
     cycle = int(os.environ.get("RELAUNCH_CYCLE", "-1"))
-    if mode == "silent":
+    if mode == "silent" or (mode == "rank0_reports" and os.environ.get("RANK") != "0"):
         print(f"silent worker, cycle {cycle}", flush=True)
         return 1
 
     from launcher.client import heartbeat, report_progress, section, start_heartbeat
 
-    if mode == "stuck":
+    if mode in ("stuck", "rank0_reports"):
         report_progress(iteration=5)
         return 1
     if mode == "advance":
