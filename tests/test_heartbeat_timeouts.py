@@ -69,9 +69,9 @@ def test_out_of_section_hang_is_detected(tmp_path: Path) -> None:
         log0,
     )
     assert m, log0[-2000:]
-    assert float(m.group(1)) > 2.0
     hang = _facts(log0, "hang")
     assert len(hang) == 1 and hang[0]["rank"] == 0 and hang[0]["section"] is None
+    assert hang[0]["silent_s"] >= 2.0  # declared only past the timeout (no upper bound: load)
     assert "[rank0]: now blocking outside any section" in log0
 
 
@@ -114,7 +114,7 @@ def test_calculated_timeouts_are_logged_applied_and_reused(tmp_path: Path) -> No
     assert hang, log1[-2000:]
     assert float(hang.group(2)) in (t1["heartbeat"], t1["initial"])
     (fact,) = _facts(log1, "hang")
-    assert fact["silent_s"] > float(hang.group(2))  # declared only past the timeout
+    assert fact["silent_s"] >= float(hang.group(2))  # declared only past the timeout
     state = json.loads((tmp_path / "logs" / "calc" / "calculated_timeouts.json").read_text())
     assert state["calculated"]["heartbeat"] == heartbeat
 
