@@ -8,7 +8,9 @@ health preflight before each rendezvous. It records the truth about the job: the
 every cycle and the job's final state with its exit code (through the attribution
 client, flushed before exit), machine-readable facts in each cycle log
 (`launcher.facts`), cycle numbers that continue a re-run job id and a restart budget that
-is job-wide across nodes (`launcher.jobwide`). `launch(settings)` builds the rendezvous
+is job-wide across nodes (`launcher.jobwide`), the progress guard that ends a job after N
+restarts without progress (`launcher.progress_guard`) and calculated timeouts
+(`launcher.timeouts_auto`). `launch(settings)` builds the rendezvous
 handler, the agent and its helpers, runs the job and returns the process exit code;
 SIGINT/SIGTERM at any moment end it with 128+N, workers stopped and history flushed.
 """
