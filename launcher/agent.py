@@ -178,7 +178,7 @@ def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tupl
     if code == EXIT_STOPPED and stop is not None:
         return "stopped", f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
     if code == EXIT_NODE_UNHEALTHY:
-        return "failed", "the node health preflight found this node unhealthy"
+        return "failed", "the node health check found this node unhealthy"
     if code == EXIT_NO_PROGRESS:
         return "stopped", "no progress (see the progress guard line)"
     if code > 128:
@@ -250,6 +250,9 @@ class RelaunchAgent(LocalElasticAgent):
             else None
         )
         self._stored_next = self.attribution.stored_next_cycle(settings.job_id)
+        from launcher.health.runtime import RuntimeHealth  # health during the run, exclusion file
+
+        self._health = RuntimeHealth(settings, self.say, self._event)
 
     # -- printing ---------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -378,6 +381,7 @@ class RelaunchAgent(LocalElasticAgent):
     def _end_cycle(self, outcome: str) -> None:
         """Close the cycle log with its facts; record the end; a failed cycle's analysis is
         requested (never awaited). `outcome`: succeeded | failed | stopped | interrupted."""
+        self._health.stop_cycle()
         self._heartbeats.sync()  # progress reports already sent belong in this log
         scores = self._stragglers.end_cycle()  # outside the lock: may wait for the store
         with self._state_lock:
@@ -489,18 +493,31 @@ class RelaunchAgent(LocalElasticAgent):
             raise _NoProgress(self.no_progress_reason)
 
     def _preflight(self) -> None:
+        excluded = self._health.excluded()  # --ft-exclusion-file: listed nodes do not join
+        if excluded is not None:
+            self._leave_unhealthy(excluded)
         s = self.settings
         endpoint = s.ft_node_health_check_endpoint or None
         if s.ft_gpu_health == "off" and endpoint is None:
             return
         from launcher.health import preflight
 
-        report = preflight(gpu=s.ft_gpu_health != "off", endpoint=endpoint)
+        report = preflight(
+            gpu=s.ft_gpu_health != "off",
+            endpoint=endpoint,
+            endpoint_args=self._health.groups,
+            node=self._health.node_id,
+        )
         if not report.healthy:
-            self.health_reason = report.reason
-            self._record_exclusion(report)
-            self._leave_round()
-            raise _NodeUnhealthy(report.reason)
+            self._leave_unhealthy(report)
+
+    def _leave_unhealthy(self, report: Any) -> None:
+        """Record the failed check (verdict + JSON copy + exclusion file) and leave."""
+        self.health_reason = report.reason
+        self._record_exclusion(report)
+        self._health.publish(report)
+        self._leave_round()
+        raise _NodeUnhealthy(report.reason)
 
     def _leave_round(self) -> None:
         """Leave the rendezvous round this node was in, now that its health result is
@@ -570,6 +587,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)
         st.log.add_ranks({w.local_rank: w.global_rank for w in worker_group.workers}, st.spool)
+        self._health.start_cycle()
         return pids
 
     def _new_monitor(self, st: _CycleState) -> RankMonitor:
@@ -632,6 +650,13 @@ class RelaunchAgent(LocalElasticAgent):
             )
             self._remaining_restarts = 0
             return RunResult(state=WorkerState.FAILED)
+        sick = self._health.unhealthy()  # found by the run-time health monitor
+        if sick is not None and st is not None and not st.ended:
+            st.failure = f"node unhealthy during the run: {sick.reason}"
+            st.log.event(st.failure)
+            self.say(f"cycle {st.cycle}: {st.failure}; stopping the workers")
+            self._stop_workers(worker_group)  # ends the cycle as failed
+            self._leave_unhealthy(sick)
         result = super()._monitor_workers(worker_group)
         if st is None:
             return result
@@ -834,6 +859,7 @@ class RelaunchAgent(LocalElasticAgent):
     def close(self) -> None:
         """Flush the history (sized to the work queued), then stop the helpers."""
         try:
+            self._health.stop_cycle()
             self.attribution.close()
         finally:
             self._heartbeats.close()
@@ -923,6 +949,15 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
     code = EXIT_FAILED
     try:
         spec = build_spec(settings)
+        if settings.numa_binding:
+            from launcher.numa import NumaError, apply_numa_binding
+
+            try:
+                line = apply_numa_binding(spec, settings.numa_binding, settings.nproc_per_node)
+            except NumaError as exc:
+                print(f"relaunch: error: --numa-binding: {exc}", file=out, flush=True)
+                return 2
+            print(f"relaunch: {line}", file=out, flush=True)
         agent = RelaunchAgent(
             spec,
             settings,

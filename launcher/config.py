@@ -286,6 +286,71 @@ OPTIONS: tuple[Option, ...] = (
         "unix:///PATH of a node health gRPC service, checked before each rendezvous",
     ),
     Option("--ft-gpu-health", "ft_gpu_health", str, "auto", "GPU preflight", choices=GPU_HEALTH),
+    # -- node health during the run, exclusion file, NUMA (docs/launcher.md) -----------
+    Option(
+        "--ft-node-health-check-interval",
+        "ft_node_health_check_interval",
+        positive_float,
+        0.0,
+        "seconds between node health checks while workers run (0: only before rendezvous)",
+    ),
+    Option(
+        "--ft-enable-nic-healthcheck",
+        "ft_enable_nic_healthcheck",
+        boolean,
+        False,
+        "watch NIC link state while workers run (default links: those up at start)",
+        is_flag=True,
+    ),
+    Option(
+        "--ft-nic-interfaces",
+        "ft_nic_interfaces",
+        str,
+        "",
+        "NICs to watch: eth0,mlx5_0,mlx5_1:1 (implies --ft-enable-nic-healthcheck)",
+    ),
+    Option(
+        "--ft-storage-healthcheck-path",
+        "ft_storage_healthcheck_path",
+        str,
+        "",
+        "directory that must take a small write+fsync+read while workers run",
+        metavar="DIR",
+    ),
+    Option(
+        "--ft-storage-healthcheck-timeout",
+        "ft_storage_healthcheck_timeout",
+        positive_float,
+        10.0,
+        "seconds the storage probe may take before the node is unhealthy",
+    ),
+    Option(
+        "--ft-node-health-check-groups",
+        "ft_node_health_check_groups",
+        str,
+        "prolog,epilog,logs,gpu",
+        "check groups sent to the node health service (nvhcd)",
+    ),
+    Option(
+        "--ft-exclusion-file",
+        "ft_exclusion_file",
+        str,
+        "",
+        "shared JSON file of excluded nodes, read before each rendezvous",
+        metavar="PATH",
+    ),
+    Option(
+        "--ft-node-id", "ft_node_id", str, "", "this node's id in the exclusion file (hostname)"
+    ),
+    Option(
+        "--numa-binding",
+        "numa_binding",
+        str,
+        "",
+        "bind each worker's CPUs (torchrun's values)",
+        choices=("node", "socket", "exclusive", "core-complex"),
+    ),
+    # -- end node health during the run --------------------------------------------------
     Option(
         "--ft-log-funnel",
         "ft_log_funnel",
@@ -370,6 +435,15 @@ class RunSettings:
     workers_stop_timeout: float = 15.0
     ft_node_health_check_endpoint: str = ""
     ft_gpu_health: str = "auto"
+    ft_node_health_check_interval: float = 0.0  # docs/launcher.md "Node health during the run"
+    ft_enable_nic_healthcheck: bool = False
+    ft_nic_interfaces: str = ""
+    ft_storage_healthcheck_path: str = ""
+    ft_storage_healthcheck_timeout: float = 10.0
+    ft_node_health_check_groups: str = "prolog,epilog,logs,gpu"
+    ft_exclusion_file: str = ""
+    ft_node_id: str = ""
+    numa_binding: str = ""
     ft_log_funnel: str = ""
     ft_keep_rank_logs: bool = False
     ft_straggler_report_interval: float = 60.0  # straggler detection (docs/straggler.md)
@@ -552,6 +626,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
             normalize_endpoint(settings.ft_node_health_check_endpoint)
         except ValueError as exc:
             raise ConfigError(f"--ft-node-health-check-endpoint: {exc}") from None
+    _check_health_options(settings)
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
     try:
@@ -562,6 +637,16 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
 
 
 _RANK = {"default": 0, "yaml": 1, "cli": 2}
+
+
+def _check_health_options(s: RunSettings) -> None:
+    """One-line errors for the run-time health options (launcher.health.options)."""
+    from launcher.health.options import check_options
+
+    try:
+        check_options(s)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _torchrun_compat(settings: RunSettings) -> None:

@@ -1,0 +1,151 @@
+"""Node health while the workers run: the checks again every `--ft-node-health-check-interval`.
+
+`HealthMonitor` is a thread started with each cycle's workers and stopped at the cycle's
+end. Each round runs its checks (GPU through NVML with an NVLink error-counter window, NIC
+link state, a storage probe, the external nvhcd service with its check groups) and builds
+a `HealthReport`. The first unhealthy report is kept (`unhealthy`) and the thread ends:
+the agent's monitor loop then stops the workers and the node leaves exactly as after a
+failed preflight. Checks fail open as in the preflight: only an explicit `fail` counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from launcher.health.report import CheckResult, HealthReport
+
+log = logging.getLogger(__name__)
+
+Check = Callable[[], list[CheckResult]]
+DEFAULT_GROUPS = ("prolog", "epilog", "logs", "gpu")
+
+
+def parse_groups(text: str) -> tuple[str, ...]:
+    """`prolog,epilog` -> ("prolog", "epilog"); ValueError on an empty list or name."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or any(not p for p in parts):
+        raise ValueError("expected comma-separated check group names, e.g. prolog,epilog,logs,gpu")
+    return tuple(parts)
+
+
+class HealthMonitor:
+    """Runs `checks` now and then every `interval_s` until stopped or unhealthy."""
+
+    def __init__(
+        self,
+        checks: Sequence[tuple[str, Check]],
+        interval_s: float,
+        *,
+        node: str | None = None,
+        on_round: Callable[[int, HealthReport], None] | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("health check interval must be > 0 seconds")
+        self.checks = list(checks)
+        self.interval_s = interval_s
+        self.node = node or socket.gethostname()
+        self._on_round = on_round
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._unhealthy: HealthReport | None = None
+        self.rounds = 0
+
+    @property
+    def unhealthy(self) -> HealthReport | None:
+        """The first unhealthy report (None: healthy so far)."""
+        with self._lock:
+            return self._unhealthy
+
+    def run_round(self) -> HealthReport:
+        """One round of every check (never raises; a crashing check is an `error`)."""
+        started = time.monotonic()
+        results: list[CheckResult] = []
+        for name, check in self.checks:
+            try:
+                results.extend(check())
+            except Exception as exc:  # noqa: BLE001 - a broken check never fails the node
+                log.warning("health check %s crashed: %s", name, exc, exc_info=True)
+                results.append(CheckResult(name, "error", f"check crashed: {exc}"))
+        report = HealthReport.from_checks(
+            results, node=self.node, duration_s=time.monotonic() - started
+        )
+        self.rounds += 1
+        if not report.healthy:
+            with self._lock:
+                if self._unhealthy is None:
+                    self._unhealthy = report
+        if self._on_round is not None:
+            try:
+                self._on_round(self.rounds, report)
+            except Exception:  # noqa: BLE001 - a logging hook never stops the monitor
+                log.warning("health monitor callback failed", exc_info=True)
+        return report
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            report = self.run_round()
+            if not report.healthy:
+                return
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("health monitor already started")
+        self._thread = threading.Thread(target=self._loop, name="relaunch-health", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask the thread to end and wait for the round in progress (at most `timeout`)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[str]]:
+    """The run-time checks `relaunch run`'s settings ask for, and one line per check
+    saying what it watches (or why it is skipped). Raises ValueError on a bad NIC name."""
+    checks: list[tuple[str, Check]] = []
+    lines: list[str] = []
+    if settings.ft_gpu_health != "off":
+        from launcher.health.nvml import NvmlOptions, gpu_checks, nvml_probe
+
+        probe = nvml_probe()
+        if probe.status == "ok":
+            window = min(1.0, settings.ft_node_health_check_interval)
+            options = NvmlOptions(window_s=window, samples=3)
+            checks.append(("nvml", lambda: gpu_checks(options)))
+            lines.append(f"GPU (NVML, NVLink counters over {window:g} s): {probe.detail}")
+        else:
+            lines.append(f"GPU checks skipped: {probe.detail or probe.status}")
+    if settings.ft_enable_nic_healthcheck or settings.ft_nic_interfaces:
+        from launcher.health.nic import NicCheck
+
+        names = [n for n in settings.ft_nic_interfaces.split(",") if n.strip()]
+        nic = NicCheck(names or None)
+        checks.append(("nic_link", nic))
+        watched = ", ".join(link.label for link in nic.links) or "none up at start"
+        lines.append(f"NIC links: {watched}")
+    if settings.ft_storage_healthcheck_path:
+        from launcher.health.storage import StorageCheck
+
+        storage = StorageCheck(
+            settings.ft_storage_healthcheck_path,
+            timeout_s=settings.ft_storage_healthcheck_timeout,
+        )
+        checks.append(("storage", storage))
+        lines.append(f"storage: {storage.path} within {storage.timeout_s:g} s (write+fsync+read)")
+    endpoint = settings.ft_node_health_check_endpoint or None
+    if endpoint is not None:
+        from launcher.health.external import external_check
+
+        groups = parse_groups(settings.ft_node_health_check_groups)
+        checks.append(("external_service", lambda: [external_check(endpoint, args=groups)]))
+        lines.append(f"health service {endpoint} (groups {','.join(groups)})")
+    return checks, lines
