@@ -1,0 +1,156 @@
+"""Node health while the workers run, through real `relaunch run` processes: a NIC of a
+fake sysfs tree goes down after the workers said they run, the storage path is a FIFO, and
+a healthy run is left alone. Plus the usage errors of the new options."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.health.exclusion_file import read_exclusions
+from tests._launcher_helpers import REPO, job_args, read_log, relaunch_env, run_relaunch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+WORKER = REPO / "tests" / "workers" / "health_job.py"
+WAIT_S = 120.0  # a fail-safe bound on waiting for a condition, never an expected duration
+
+
+def _fake_sysfs(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    d = root / "class" / "net" / "eth9"
+    d.mkdir(parents=True)
+    (d / "operstate").write_text("up\n")
+    (d / "carrier").write_text("1\n")
+    return root
+
+
+def _start(tmp_path: Path, job: str, sysfs: Path, *extra: str) -> subprocess.Popen[str]:
+    ctl = tmp_path / "ctl"
+    ctl.mkdir(exist_ok=True)
+    env = relaunch_env(tmp_path)
+    env["RELAUNCH_SYSFS_ROOT"] = str(sysfs)
+    args = job_args(
+        tmp_path, job, "--ft-attribution-endpoint", "off",
+        "--ft-node-health-check-interval", "0.1", *extra,
+    ) + [str(WORKER), "--dir", str(ctl)]  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "relaunch_cli", "run", *args],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _wait_for(cond, proc: subprocess.Popen[str]) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"relaunch ended early ({proc.returncode}): {err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("condition not reached: " + proc.communicate()[1])
+        time.sleep(0.05)
+
+
+def test_nic_down_mid_run_stops_the_workers_and_records_the_node(tmp_path: Path) -> None:
+    sysfs = _fake_sysfs(tmp_path)
+    excl = tmp_path / "excl.json"
+    proc = _start(
+        tmp_path, "nic", sysfs, "--ft-enable-nic-healthcheck", "--ft-exclusion-file", str(excl)
+    )
+    ctl = tmp_path / "ctl"
+    _wait_for(lambda: (ctl / "running.0").exists() and (ctl / "running.1").exists(), proc)
+    (sysfs / "class/net/eth9/operstate").write_text("down\n")
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 4, err
+    assert not (ctl / "release").exists()  # the workers were stopped, not released
+    reason = "nic_link: link down: eth9 (operstate 'down')"
+    assert f"cycle 0: node unhealthy during the run: {reason}; stopping the workers" in err
+    assert f"node unhealthy, not joining the rendezvous: {reason}" in err
+    log = read_log(tmp_path, "nic", 0)
+    assert "[relaunch] node health during the run: first round: all available" in log
+    assert f"[relaunch] node unhealthy during the run: {reason}" in log
+    assert '"fact":"cycle_end","cycle":0,"outcome":"failed"' in log
+    assert '"fact":"node_health","cycle":0' in log  # the verdict of cycle 0 records it
+    host = socket.gethostname()
+    record = json.loads((tmp_path / "logs/nic/node_health" / f"{host}.cycle_1.json").read_text())
+    assert record["healthy"] is False and record["reason"] == reason
+    assert record["excluded_from_cycle"] == 1 and record["ran_this_cycle"] is True
+    assert read_exclusions(excl).find(host)["reason"] == reason
+    # the workers are gone: their pids no longer exist
+    for rank in (0, 1):
+        pid = int((ctl / f"running.{rank}").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_storage_fifo_makes_the_node_unhealthy(tmp_path: Path) -> None:
+    fifo = tmp_path / "store"
+    os.mkfifo(fifo)
+    proc = _start(tmp_path, "sto", _fake_sysfs(tmp_path), "--ft-storage-healthcheck-path",
+                  str(fifo))  # fmt: skip
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 4, err
+    assert f"node unhealthy during the run: storage: {fifo}: NotADirectoryError" in err
+
+
+def test_healthy_run_is_unaffected(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    sysfs = _fake_sysfs(tmp_path)
+    proc = _start(tmp_path, "ok", sysfs, "--ft-enable-nic-healthcheck",
+                  "--ft-storage-healthcheck-path", str(store))  # fmt: skip
+    log = tmp_path / "logs" / "ok" / "cycle_0.log"
+    _wait_for(
+        lambda: log.exists() and "node health during the run: first round" in log.read_text(),
+        proc,
+    )
+    (tmp_path / "ctl" / "release").write_text("")
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, err
+    assert "node health during the run: every 0.1 s: NIC links: eth9; storage:" in err
+    text = log.read_text()
+    assert "first round: all available health checks passed (nic_link ok, storage ok)" in text
+    assert "unhealthy" not in text and "unhealthy" not in err
+    assert list(store.iterdir()) == []  # the probe cleans up
+
+
+def test_gpu_checks_skip_cleanly_without_nvml(tmp_path: Path) -> None:
+    """On a machine without the NVIDIA driver the run-time GPU check says it is skipped."""
+    from launcher.health.nvml import nvml_probe
+
+    probe = nvml_probe()
+    if probe.status == "ok":
+        pytest.skip("NVML works here: the GPU check runs (checked on the device machine)")
+    args = job_args(tmp_path, "gpu", "--ft-attribution-endpoint", "off",
+                    "--ft-node-health-check-interval", "5")  # fmt: skip
+    args[args.index("--ft-gpu-health") + 1] = "auto"
+    r = run_relaunch(tmp_path, args + [str(WORKER)])
+    assert r.returncode == 0, r.stderr
+    assert "node health during the run: every 5 s: GPU checks skipped: NVML not available" in (
+        r.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--ft-node-health-check-groups", "a,,b"], "--ft-node-health-check-groups: expected"),
+        (["--ft-nic-interfaces", "nosuchnic9"], "--ft-nic-interfaces: NIC 'nosuchnic9' not found"),
+        (["--ft-storage-healthcheck-timeout", "0"], "must be > 0 seconds"),
+        (["--ft-node-health-check-interval", "-1"], "must be >= 0"),
+        (["--ft-node-id", "a/b"], "--ft-node-id 'a/b': must be a non-blank name"),
+        (["--numa-binding", "rack"], "invalid choice: 'rack'"),
+    ],
+)
+def test_bad_values_are_usage_errors(tmp_path: Path, flags: list[str], message: str) -> None:
+    r = run_relaunch(tmp_path, [*flags, str(WORKER)], timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
