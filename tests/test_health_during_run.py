@@ -154,3 +154,93 @@ def test_bad_values_are_usage_errors(tmp_path: Path, flags: list[str], message: 
     r = run_relaunch(tmp_path, [*flags, str(WORKER)], timeout=60)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr
+
+
+DIST_WORKER = """
+import os, sys, time
+from pathlib import Path
+import torch, torch.distributed as dist
+from launcher.client import heartbeat
+ctl = Path(sys.argv[1])
+heartbeat()
+world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+if world == 1 and not (ctl / "flipped").exists():
+    while True:  # alone before the other node arrived: elastic restarts us when it joins
+        time.sleep(0.2)
+        heartbeat()
+dist.init_process_group("gloo")
+(ctl / f"running.{rank}.w{world}").write_text(str(os.getpid()))
+flag = torch.zeros(1)
+while flag.item() == 0:  # until the test writes `release` (all ranks agree)
+    heartbeat()
+    flag = torch.tensor([1.0 if (ctl / "release").exists() else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+
+def test_two_nodes_the_one_whose_nic_fails_leaves_and_the_other_goes_on(tmp_path: Path) -> None:
+    """--nnodes 1:2, two launchers each with its own fake sysfs tree. Once both nodes' ranks
+    run, node B's NIC goes down: B stops its workers and exits 4 with its record; A's
+    worker loses its peer, A restarts and runs the next cycle alone, then succeeds."""
+    script, ctl = tmp_path / "dist.py", tmp_path / "ctl"
+    script.write_text(DIST_WORKER)
+    ctl.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def launcher(name: str, *extra: str) -> subprocess.Popen[str]:
+        sysfs = _fake_sysfs(tmp_path / name)
+        env = relaunch_env(tmp_path)
+        env["RELAUNCH_SYSFS_ROOT"] = str(sysfs)
+        cmd = [
+            sys.executable, "-m", "relaunch_cli", "run",
+            "--nnodes", "1:2", "--nproc-per-node", "1",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
+            "--rdzv-conf", "last_call_timeout=2",
+            "--log-dir", str(tmp_path / "logs"), "--job-id", "two",
+            "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
+            "--workers-stop-timeout", "3", "--ft-node-id", name,
+            "--ft-node-health-check-interval", "0.1", "--ft-enable-nic-healthcheck",
+            *extra, str(script), str(ctl),
+        ]  # fmt: skip
+        return subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+
+    a = launcher("node-a")  # hosts the c10d store: the node that stays must be the host
+
+    def store_up() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    _wait_for(store_up, a)
+    b = launcher("node-b")
+    try:
+        both = [ctl / "running.0.w2", ctl / "running.1.w2"]
+        _wait_for(lambda: all(p.exists() for p in both), a)
+        (ctl / "flipped").write_text("")
+        (tmp_path / "node-b/sys/class/net/eth9/operstate").write_text("down\n")
+        _, err_b = b.communicate(timeout=WAIT_S)
+        assert b.returncode == 4, err_b
+        assert "node unhealthy during the run: nic_link: link down: eth9" in err_b
+        _wait_for(lambda: (ctl / "running.0.w1").exists(), a)
+        (ctl / "release").write_text("")
+        _, err_a = a.communicate(timeout=WAIT_S)
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert a.returncode == 0, err_a
+    assert "node unhealthy" not in err_a and "exclusion" not in err_a
+    logs = sorted(p.name for p in (tmp_path / "logs" / "two").glob("cycle_*.log"))
+    last = (tmp_path / "logs" / "two" / logs[-1]).read_text()
+    assert "world_size=1" in last and '"outcome":"succeeded"' in last
+    records = list((tmp_path / "logs" / "two" / "node_health").glob("*.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["host"] == "node-b" and record["healthy"] is False
