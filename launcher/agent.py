@@ -859,7 +859,7 @@ class RelaunchAgent(LocalElasticAgent):
     def close(self) -> None:
         """Flush the history (sized to the work queued), then stop the helpers."""
         try:
-            self._health.stop_cycle()
+            self._health.stop_cycle(wait_s=5.0)
             self.attribution.close()
         finally:
             self._heartbeats.close()

@@ -210,3 +210,37 @@ def test_groups_reach_the_health_service() -> None:
     assert result.status == "ok"
     assert result.data["output"]["args"] == ["prolog", "epilog", "logs", "gpu"]
     json.dumps(result.data)
+
+
+def test_a_round_finishing_after_stop_is_discarded() -> None:
+    """The cycle ended while a round ran (stop without waiting): its failure is dropped,
+    so a new cycle is never failed by the old cycle's check."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_failing() -> list[CheckResult]:
+        entered.set()
+        release.wait(60)
+        return [CheckResult("slow", "fail", "late")]
+
+    mon = HealthMonitor([("slow", slow_failing)], 3600)
+    mon.start()
+    assert entered.wait(60)
+    mon.stop(timeout=0)
+    release.set()
+    mon._thread.join(60)  # type: ignore[union-attr]
+    assert mon.rounds == 1 and mon.unhealthy is None
+
+
+def test_yaml_keys_of_nvrx(tmp_path: Path) -> None:
+    from launcher.config import resolve
+
+    cfg = tmp_path / "ft.yaml"
+    cfg.write_text(
+        "fault_tolerance:\n  node_health_check_interval: 7\n  enable_nic_healthcheck: true\n"
+        f"  storage_healthcheck_path: {tmp_path}\n  exclusion_file: {tmp_path / 'x.json'}\n"
+    )
+    s = resolve({"script": "x.py"}, str(cfg))
+    assert s.ft_node_health_check_interval == 7.0 and s.ft_enable_nic_healthcheck is True
+    assert s.ft_storage_healthcheck_path == str(tmp_path)
+    assert s.ft_exclusion_file == str(tmp_path / "x.json")
+    assert not any("node_health_check_interval" in w for w in s.warnings)

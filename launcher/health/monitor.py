@@ -76,6 +76,8 @@ class HealthMonitor:
             results, node=self.node, duration_s=time.monotonic() - started
         )
         self.rounds += 1
+        if self._stop.is_set():  # stopped while the round ran: its cycle is over
+            return report
         if not report.healthy:
             with self._lock:
                 if self._unhealthy is None:
@@ -101,10 +103,11 @@ class HealthMonitor:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Ask the thread to end and wait for the round in progress (at most `timeout`)."""
+        """Ask the thread to end; wait for the round in progress at most `timeout` seconds
+        (0: do not wait; a round finishing later is discarded)."""
         self._stop.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and thread is not threading.current_thread() and timeout != 0:
             thread.join(timeout)
 
 
@@ -128,10 +131,14 @@ def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[s
         from launcher.health.nic import NicCheck
 
         names = [n for n in settings.ft_nic_interfaces.split(",") if n.strip()]
-        nic = NicCheck(names or None)
-        checks.append(("nic_link", nic))
-        watched = ", ".join(link.label for link in nic.links) or "none up at start"
-        lines.append(f"NIC links: {watched}")
+        try:
+            nic = NicCheck(names or None)
+        except ValueError as exc:  # a NIC gone since the options were checked: fail open
+            lines.append(f"NIC check skipped: {exc}")
+        else:
+            checks.append(("nic_link", nic))
+            watched = ", ".join(link.label for link in nic.links) or "none up at start"
+            lines.append(f"NIC links: {watched}")
     if settings.ft_storage_healthcheck_path:
         from launcher.health.storage import StorageCheck
 

@@ -63,10 +63,13 @@ class RuntimeHealth:
         monitor = self._monitor
         return monitor.unhealthy if monitor is not None else None
 
-    def stop_cycle(self) -> None:
+    def stop_cycle(self, wait_s: float = 0.0) -> None:
+        """Stop this cycle's monitor. By default without waiting for a round in progress
+        (an NVLink window or a slow service must not delay the restart); its result is
+        discarded."""
         monitor, self._monitor = self._monitor, None
         if monitor is not None:
-            monitor.stop(timeout=max(30.0, self.settings.ft_storage_healthcheck_timeout))
+            monitor.stop(timeout=wait_s)
 
     # -- the exclusion file ----------------------------------------------------------------
     def excluded(self) -> HealthReport | None:
