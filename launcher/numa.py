@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.health.sysfs import format_cpulist, parse_cpulist, read_text, sysfs_root
+from launcher.sysfs import format_cpulist, parse_cpulist, read_text, sysfs_root
 
 MODES = ("node", "socket", "exclusive", "core-complex")
 ENV_PLAN = "RELAUNCH_NUMA_PLAN"

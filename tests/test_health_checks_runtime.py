@@ -15,7 +15,7 @@ from launcher.health.monitor import HealthMonitor, parse_groups
 from launcher.health.nic import NicCheck, parse_links
 from launcher.health.report import CheckResult
 from launcher.health.storage import StorageCheck
-from launcher.health.sysfs import format_cpulist, parse_cpulist
+from launcher.sysfs import format_cpulist, parse_cpulist
 
 
 def make_net(root: Path, name: str, oper: str, carrier: str | None = "1") -> Path:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.health.sysfs import parse_cpulist
 from launcher.numa import NumaError, gpus_visible, numa_nodes, plan_binding
+from launcher.sysfs import parse_cpulist
 from tests._launcher_helpers import REPO, job_args, relaunch_env
 
 WORKER = REPO / "tests" / "workers" / "health_job.py"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.health.report import CheckResult
-from launcher.health.sysfs import read_text, sysfs_root
+from launcher.sysfs import read_text, sysfs_root
 
 CHECK_NAME = "nic_link"
 

@@ -21,7 +21,7 @@ def check_options(s: Any) -> None:
     names = [n for n in s.ft_nic_interfaces.split(",") if n.strip()]
     if names:
         from launcher.health.nic import parse_links
-        from launcher.health.sysfs import sysfs_root
+        from launcher.sysfs import sysfs_root
 
         try:
             parse_links(sysfs_root(), names)
