@@ -244,3 +244,46 @@ def test_yaml_keys_of_nvrx(tmp_path: Path) -> None:
     assert s.ft_storage_healthcheck_path == str(tmp_path)
     assert s.ft_exclusion_file == str(tmp_path / "x.json")
     assert not any("node_health_check_interval" in w for w in s.warnings)
+
+
+def _snap(index: int, **counters: int | None):  # type: ignore[no-untyped-def]
+    from launcher.health.nvml import GpuSnapshot
+
+    return GpuSnapshot(index=index, uuid=f"GPU-{index}", nvlink_samples=[dict(counters)])
+
+
+def test_nvlink_growth_across_rounds() -> None:
+    """A link gaining an error every round fails once enough rounds are seen; a counter
+    that moved once and a counter reset do not."""
+    from launcher.health.nvlink_window import CounterWindow
+
+    window = CounterWindow(4)
+    rounds = [
+        [_snap(0, **{"link0.replay": 5}), _snap(1, **{"link0.crc_flit": 0})],
+        [_snap(0, **{"link0.replay": 6}), _snap(1, **{"link0.crc_flit": 9})],  # once
+        [_snap(0, **{"link0.replay": 7}), _snap(1, **{"link0.crc_flit": 9})],
+        [_snap(0, **{"link0.replay": 8}), _snap(1, **{"link0.crc_flit": 0})],  # reset
+    ]
+    results = [window.add(r) for r in rounds]
+    assert [[c.status for c in r] for r in results] == [
+        ["ok", "ok"],
+        ["ok", "ok"],
+        ["fail", "ok"],
+        ["fail", "ok"],
+    ]
+    fail = results[2][0]
+    assert fail.name == "gpu0.nvlink_errors_rounds"
+    assert fail.detail == "NVLink error counters grew over 3 rounds: link0.replay"
+    assert results[3][0].data["counters"]["link0.replay"]["total_growth"] == 3
+    with pytest.raises(ValueError):
+        CounterWindow(2)
+
+
+def test_gpu_round_check_without_nvml_is_not_available() -> None:
+    from launcher.health.monitor import gpu_round_check
+    from launcher.health.nvml import nvml_probe
+
+    if nvml_probe().status == "ok":
+        pytest.skip("NVML works here (checked on the device machine)")
+    [result] = gpu_round_check(0.1)()
+    assert result.name == "nvml" and result.status in ("not_available", "error")

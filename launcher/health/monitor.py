@@ -111,20 +111,40 @@ class HealthMonitor:
             thread.join(timeout)
 
 
+def gpu_round_check(window_s: float, rounds: int = 4) -> Check:
+    """The preflight's GPU checks on a `window_s` sampling window, plus NVLink counter
+    growth across the last `rounds` rounds (`nvlink_window.CounterWindow`)."""
+    from launcher.health.nvlink_window import CounterWindow
+    from launcher.health.nvml import NvmlOptions, collect_snapshots, evaluate_snapshots
+
+    options = NvmlOptions(window_s=window_s, samples=3)
+    across = CounterWindow(rounds)
+
+    def check() -> list[CheckResult]:
+        collected = collect_snapshots(options)
+        if isinstance(collected, CheckResult):
+            return [collected]
+        return evaluate_snapshots(collected, options) + across.add(collected)
+
+    return check
+
+
 def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[str]]:
     """The run-time checks `relaunch run`'s settings ask for, and one line per check
     saying what it watches (or why it is skipped). Raises ValueError on a bad NIC name."""
     checks: list[tuple[str, Check]] = []
     lines: list[str] = []
     if settings.ft_gpu_health != "off":
-        from launcher.health.nvml import NvmlOptions, gpu_checks, nvml_probe
+        from launcher.health.nvml import nvml_probe
 
         probe = nvml_probe()
         if probe.status == "ok":
             window = min(1.0, settings.ft_node_health_check_interval)
-            options = NvmlOptions(window_s=window, samples=3)
-            checks.append(("nvml", lambda: gpu_checks(options)))
-            lines.append(f"GPU (NVML, NVLink counters over {window:g} s): {probe.detail}")
+            checks.append(("nvml", gpu_round_check(window)))
+            lines.append(
+                f"GPU (NVML; NVLink counters over {window:g} s and over the last rounds): "
+                + probe.detail
+            )
         else:
             lines.append(f"GPU checks skipped: {probe.detail or probe.status}")
     if settings.ft_enable_nic_healthcheck or settings.ft_nic_interfaces:
