@@ -244,3 +244,22 @@ def test_two_nodes_the_one_whose_nic_fails_leaves_and_the_other_goes_on(tmp_path
     assert len(records) == 1
     record = json.loads(records[0].read_text())
     assert record["host"] == "node-b" and record["healthy"] is False
+
+
+def test_health_service_failing_during_the_run(tmp_path: Path) -> None:
+    """A real nvhcd service answers healthy to the preflight, then failing: the run-time
+    round asks it again (with the check groups) and the node leaves."""
+    from tests._health_helpers import start_health_service
+
+    with start_health_service("fail_after_first") as endpoint:
+        proc = _start(
+            tmp_path, "svc", _fake_sysfs(tmp_path), "--ft-node-health-check-endpoint", endpoint,
+            "--ft-node-health-check-groups", "prolog,gpu",
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 4, err
+    assert f"health service {endpoint} (groups prolog,gpu)" in err
+    assert (
+        "node unhealthy during the run: external_service: health service reported failure: "
+        "ib check failed"
+    ) in err
