@@ -3,8 +3,9 @@
 `RelaunchAgent` keeps elastic's rendezvous, worker start/stop and restart loop and adds:
 one cycle log per node per cycle (`launcher.cycle_log`), heartbeat hang detection
 (`launcher.heartbeat`), the attribution client (register at cycle start, request the
-analysis at cycle end without waiting, apply a STOP as soon as it arrives), and the node
-health preflight before each rendezvous. It records the truth about the job: the end of
+analysis at cycle end without waiting, apply a STOP as soon as it arrives), the node
+health preflight before each rendezvous and the checks during the run, the exclusion file
+(`launcher.health.runtime`) and `--numa-binding` (`launcher.numa`). It records the truth about the job: the end of
 every cycle and the job's final state with its exit code (through the attribution
 client, flushed before exit), machine-readable facts in each cycle log
 (`launcher.facts`), cycle numbers that continue a re-run job id and a restart budget that
