@@ -451,11 +451,13 @@ class RelaunchAgent(LocalElasticAgent):
         used = self.settings.max_restarts - self._remaining_restarts
         mine = jobwide.Proposal(local, used)
         tag = str(self._rdzv_rounds) if self.settings.rdzv_backend == "static" else ""
+        rank, world = worker_group.group_rank, worker_group.group_world_size
+        assert rank is not None and world is not None, "the rendezvous sets them first"
         try:
             agreed = jobwide.agree(
                 worker_group.store,
-                worker_group.group_rank,
-                worker_group.group_world_size,
+                rank,
+                world,
                 mine,
                 tag=tag,
             )
@@ -513,8 +515,12 @@ class RelaunchAgent(LocalElasticAgent):
         handler = self._worker_group.spec.rdzv_handler
         try:
             from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+                DynamicRendezvousHandler,
                 _RendezvousExitOp,
             )
+
+            if not isinstance(handler, DynamicRendezvousHandler):
+                raise AttributeError(f"{type(handler).__name__} has no round to leave")
 
             handler._stop_heartbeats()
             deadline = handler._get_deadline(handler._settings.timeout.close)
@@ -561,7 +567,7 @@ class RelaunchAgent(LocalElasticAgent):
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(
             st.cycle, st.node, ranks, os.environ,
-            store=worker_group.store if multi else None, nodes=worker_group.group_world_size,
+            store=worker_group.store if multi else None, nodes=worker_group.group_world_size or 1,
         )  # fmt: skip
         pids = super()._start_workers(worker_group)
         by_local = {w.local_rank: w.global_rank for w in worker_group.workers}
@@ -613,7 +619,8 @@ class RelaunchAgent(LocalElasticAgent):
             if st.first_failed is None:
                 st.first_failed = set(getattr(pc, "_failures", {}).keys())
                 st.first_failed_at = time.monotonic()
-            original(death_sig, timeout_s if timeout is None else timeout)
+            # torch annotates `timeout: int` but uses it as seconds in float arithmetic
+            original(death_sig, timeout_s if timeout is None else timeout)  # type: ignore[arg-type]
 
         pc.close = close  # type: ignore[method-assign]
 
@@ -849,7 +856,7 @@ def _worker_pythonpath() -> None:
 
 def build_spec(settings: RunSettings) -> WorkerSpec:
     """The elastic WorkerSpec and rendezvous handler (c10d by default), as torchrun does."""
-    rdzv_configs = _parse_rendezvous_config(settings.rdzv_conf)
+    rdzv_configs: dict[str, Any] = dict(_parse_rendezvous_config(settings.rdzv_conf))
     if settings.rdzv_backend == "static":
         rdzv_configs["rank"] = settings.node_rank
     params = RendezvousParameters(
