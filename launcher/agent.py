@@ -54,6 +54,7 @@ from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from launcher.result import LaunchResult
 from launcher.straggler_scores import StragglerReports
 from launcher.timeouts_auto import AutoTimeouts, effective
 from launcher.validate import attribution_token
@@ -897,8 +898,11 @@ def funnel_sink_factory(address: str) -> Any:
     return make
 
 
-def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None) -> int:
-    """Run one `relaunch run` job to its end; returns the exit code (see docs/launcher.md)."""
+def launch(
+    settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None
+) -> LaunchResult:
+    """Run one `relaunch run` job to its end: its exit code (see docs/launcher.md), final
+    state and the verdicts received, read after the history is flushed."""
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     _worker_pythonpath()
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
@@ -940,11 +944,9 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
         )
         _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
-        return code
     except SignalException as exc:  # before the agent ran (building the rendezvous)
         code = 128 + int(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
-        return code
     finally:
         if agent is not None:
             agent.close()
@@ -959,3 +961,7 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
+    if agent is None:
+        return LaunchResult(code)
+    state, _, reason = agent.final or (None, code, None)
+    return LaunchResult(code, state, reason, dict(agent.verdicts))
