@@ -473,10 +473,12 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _judge_progress(self, worker_group: WorkerGroup, tag: str) -> None:
         """After a restart's rendezvous: the progress guard's job-wide decision."""
+        rank, world = worker_group.group_rank, worker_group.group_world_size
+        assert rank is not None and world is not None, "the rendezvous sets them first"
         d = self._progress.judge(
             worker_group.store,
-            worker_group.group_rank,
-            worker_group.group_world_size,
+            rank,
+            world,
             tag=tag,
             warn=self._warn,
         )
