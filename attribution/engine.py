@@ -180,8 +180,10 @@ def _fr_ranks_of(rec: CycleRecord | None) -> list[int] | None:
 
 def _notes_of(rec: CycleRecord | None) -> list[NodeHealthNote]:
     """The node-health records of a cycle record as policy notes; unusable ones are logged."""
-    notes = []
-    for node, record in sorted(((rec.node_health if rec else None) or {}).items()):
+    notes: list[NodeHealthNote] = []
+    if rec is None:
+        return notes
+    for node, record in sorted((rec.node_health or {}).items()):
         try:
             notes.append(NodeHealthNote.from_dict(record))
         except (ValueError, AttributeError, TypeError) as exc:

@@ -55,6 +55,7 @@ from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from launcher.result import LaunchResult
 from launcher.straggler_scores import StragglerReports
 from launcher.timeouts_auto import AutoTimeouts, effective
 from launcher.validate import attribution_token
@@ -456,11 +457,13 @@ class RelaunchAgent(LocalElasticAgent):
         used = self.settings.max_restarts - self._remaining_restarts
         mine = jobwide.Proposal(local, used)
         tag = str(self._rdzv_rounds) if self.settings.rdzv_backend == "static" else ""
+        rank, world = worker_group.group_rank, worker_group.group_world_size
+        assert rank is not None and world is not None, "the rendezvous sets them first"
         try:
             agreed = jobwide.agree(
                 worker_group.store,
-                worker_group.group_rank,
-                worker_group.group_world_size,
+                rank,
+                world,
                 mine,
                 tag=tag,
             )
@@ -475,10 +478,12 @@ class RelaunchAgent(LocalElasticAgent):
 
     def _judge_progress(self, worker_group: WorkerGroup, tag: str) -> None:
         """After a restart's rendezvous: the progress guard's job-wide decision."""
+        rank, world = worker_group.group_rank, worker_group.group_world_size
+        assert rank is not None and world is not None, "the rendezvous sets them first"
         d = self._progress.judge(
             worker_group.store,
-            worker_group.group_rank,
-            worker_group.group_world_size,
+            rank,
+            world,
             tag=tag,
             warn=self._warn,
         )
@@ -531,8 +536,12 @@ class RelaunchAgent(LocalElasticAgent):
         handler = self._worker_group.spec.rdzv_handler
         try:
             from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+                DynamicRendezvousHandler,
                 _RendezvousExitOp,
             )
+
+            if not isinstance(handler, DynamicRendezvousHandler):
+                raise AttributeError(f"{type(handler).__name__} has no round to leave")
 
             handler._stop_heartbeats()
             deadline = handler._get_deadline(handler._settings.timeout.close)
@@ -579,7 +588,7 @@ class RelaunchAgent(LocalElasticAgent):
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(
             st.cycle, st.node, ranks, os.environ,
-            store=worker_group.store if multi else None, nodes=worker_group.group_world_size,
+            store=worker_group.store if multi else None, nodes=worker_group.group_world_size or 1,
         )  # fmt: skip
         pids = super()._start_workers(worker_group)
         by_local = {w.local_rank: w.global_rank for w in worker_group.workers}
@@ -632,7 +641,8 @@ class RelaunchAgent(LocalElasticAgent):
             if st.first_failed is None:
                 st.first_failed = set(getattr(pc, "_failures", {}).keys())
                 st.first_failed_at = time.monotonic()
-            original(death_sig, timeout_s if timeout is None else timeout)
+            # torch annotates `timeout: int` but uses it as seconds in float arithmetic
+            original(death_sig, timeout_s if timeout is None else timeout)  # type: ignore[arg-type]
 
         pc.close = close  # type: ignore[method-assign]
 
@@ -876,7 +886,7 @@ def _worker_pythonpath() -> None:
 
 def build_spec(settings: RunSettings) -> WorkerSpec:
     """The elastic WorkerSpec and rendezvous handler (c10d by default), as torchrun does."""
-    rdzv_configs = _parse_rendezvous_config(settings.rdzv_conf)
+    rdzv_configs: dict[str, Any] = dict(_parse_rendezvous_config(settings.rdzv_conf))
     if settings.rdzv_backend == "static":
         rdzv_configs["rank"] = settings.node_rank
     params = RendezvousParameters(
@@ -917,8 +927,11 @@ def funnel_sink_factory(address: str) -> Any:
     return make
 
 
-def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None) -> int:
-    """Run one `relaunch run` job to its end; returns the exit code (see docs/launcher.md)."""
+def launch(
+    settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None
+) -> LaunchResult:
+    """Run one `relaunch run` job to its end: its exit code (see docs/launcher.md), final
+    state and the verdicts received, read after the history is flushed."""
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     _worker_pythonpath()
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
@@ -969,11 +982,9 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
         )
         _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
-        return code
     except SignalException as exc:  # before the agent ran (building the rendezvous)
         code = 128 + int(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
-        return code
     finally:
         if agent is not None:
             agent.close()
@@ -988,3 +999,7 @@ def launch(settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = 
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
+    if agent is None:
+        return LaunchResult(code)
+    state, _, reason = agent.final or (None, code, None)
+    return LaunchResult(code, state, reason, dict(agent.verdicts))

@@ -32,7 +32,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from launcher import config
-    from launcher.agent import EXIT_STOPPED, RelaunchAgent, launch
+    from launcher.agent import EXIT_STOPPED, launch
 
     if args.iterations < 30:
         raise UserError("--iterations must be >= 30 (the workload bug sits at iteration 23)")
@@ -65,21 +65,12 @@ def run(args: argparse.Namespace) -> int:
     # elastic's own warnings (closing signals, per-failure errors) only repeat what the
     # launcher's lines say; the demo keeps its output to the story
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    captured: dict[str, RelaunchAgent] = {}
-    original_init = RelaunchAgent.__init__
-
-    def remember(self: RelaunchAgent, *a: object, **kw: object) -> None:
-        original_init(self, *a, **kw)
-        captured["agent"] = self
-
-    RelaunchAgent.__init__ = remember  # type: ignore[method-assign]
-    try:
-        out = open(work / "launcher.out", "w") if args.quiet else sys.stdout  # noqa: SIM115
-        code = launch(settings, out=out)
-    finally:
-        RelaunchAgent.__init__ = original_init  # type: ignore[method-assign]
-    agent = captured.get("agent")
-    verdicts = agent.verdicts if agent is not None else {}
+    if args.quiet:
+        with open(work / "launcher.out", "w") as out:
+            result = launch(settings, out=out)
+    else:
+        result = launch(settings, out=sys.stdout)
+    code, verdicts = result.exit_code, result.verdicts
     print("\nrelaunch demo: verdicts")
     for cycle in sorted(verdicts):
         v = verdicts[cycle]
@@ -92,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  database        {settings.db_url()}")
     print(f"  audit files     {work / 'audit'} ({len(audits)} files)")
     print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8570/")
-    decisions = [verdicts[c].decision for c in sorted(verdicts)]
+    decisions = result.decisions
     ok = code == EXIT_STOPPED and "RESTART" in decisions and decisions[-1:] == ["STOP"]
     if not ok:
         print("relaunch demo: the job did not end as the demo expects (RESTART, then STOP)")

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
         from launcher.agent import launch
 
-        return launch(settings)
+        return launch(settings).exit_code
     except _Interrupted as exc:
         name = signal.Signals(exc.signum).name
         print(f"relaunch run: interrupted by {name} before the job started", file=sys.stderr)

@@ -101,7 +101,8 @@ def _with_rank(e: Evidence, rank: int, source: str) -> Evidence:
 def _first_root_on(evidence: CycleEvidence, rank: int) -> Evidence | None:
     on = [e for e in evidence.roots if e.rank == rank]
     before = [e for e in on if _before_teardown(e, evidence)]
-    return (before or on or [None])[0]
+    found = before or on
+    return found[0] if found else None
 
 
 def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
@@ -282,9 +283,13 @@ def pick_primary(
     agent = [x for x in evidence.exits if x.source == "elastic_exit" and x.exitcode]
     if primary is not None and silent is not None:
         exits = root_cause or agent
-        x = exits[0] if exits else None
-        rank = None if x is None else (x.rank if x.rank is not None else x.local_rank)
-        if x is None or (rank != silent and _victim(rank if rank is not None else -1, x, evidence)):
+        first = exits[0] if exits else None
+        rank = (
+            None if first is None else (first.rank if first.rank is not None else first.local_rank)
+        )
+        if first is None or (
+            rank != silent and _victim(rank if rank is not None else -1, first, evidence)
+        ):
             return _as_silent(primary, silent), SILENT_REASON
     if root_cause:
         x = root_cause[0]

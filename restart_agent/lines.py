@@ -15,6 +15,7 @@ an error line's prefix split is remembered per head; evidence is built only when
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,12 @@ def _frame_text(t: str | bytes) -> str:
 def is_user_frame(path: str) -> bool:
     """A traceback frame of the user's own code (not the stdlib, torch or an installed lib)."""
     return not _LIBRARY.search(path)
+
+
+class _Miss(enum.Enum):
+    """A cache miss, where None and False are cached values."""
+
+    MISS = 0
 
 
 @dataclass
@@ -131,8 +138,8 @@ class LineInterpreter:
         if not fine:
             return False
         head = raw[:i]
-        got = self._heads.get(head, False)
-        if got is False:
+        got = self._heads.get(head, _Miss.MISS)
+        if got is _Miss.MISS:
             got = None
             if head.isascii() and not _FRAME_SKIP.search(head):
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -240,8 +247,8 @@ class LineInterpreter:
         if p < 0 or p > MAX_HEAD or t.startswith("["):
             return None
         head = text[: p + len(t)]
-        got = self._splits.get(head, False)
-        if got is False:
+        got = self._splits.get(head, _Miss.MISS)
+        if got is _Miss.MISS:
             split = split_prefix(text)
             start = len(text) - len(split.body)
             got = None if split.launcher or start > p else (split.rank, start)

@@ -58,7 +58,7 @@ workload recurrence and the job ceiling.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from restart_agent.blame import pick_primary
@@ -566,8 +566,8 @@ def _build(
     decision: str,
     rule: str,
     basis: str,
-    history: dict[str, object],
-    budgets: dict[str, object],
+    history: Mapping[str, object],
+    budgets: Mapping[str, object],
     fr: Sequence[int] | None,
     node_health: list[NodeHealthNote],
     progress: Progress,

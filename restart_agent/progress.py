@@ -285,9 +285,9 @@ class _Kind:
                         found = m.start() if found is None else max(found, m.start())
             else:
                 for d in ds:
-                    m = d.bregex.search(region, stop, hi)
-                    if m and (found is None or m.start() < found):
-                        found = m.start()
+                    hit = d.bregex.search(region, stop, hi)
+                    if hit and (found is None or hit.start() < found):
+                        found = hit.start()
         return None
 
 

@@ -217,12 +217,12 @@ def _info(items: Any) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         elif name == "BRANCH":
             infos = [_info(alt) for alt in av[1]]
             if all(x[0] is not None for x in infos):
-                union = frozenset().union(*(x[0] for x in infos))  # type: ignore[misc]
+                union = frozenset[str]().union(*(x[0] for x in infos if x[0] is not None))
                 e = union if len(union) <= _MAX_SET else None
             if e is None:
                 needs = [x[1] if x[1] is not None else x[0] for x in infos]
                 if all(n and "" not in n for n in needs):
-                    merged = frozenset().union(*needs)  # type: ignore[misc]
+                    merged = frozenset[str]().union(*(n for n in needs if n is not None))
                     need = merged if len(merged) <= _MAX_SET else None
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             lo, hi, sub = av
@@ -260,9 +260,9 @@ def regex_needles(rx: re.Pattern[str]) -> frozenset[str] | None:
     if rx.flags & (re.IGNORECASE | re.VERBOSE):
         return None
     try:
-        from re import _parser  # type: ignore[attr-defined]
+        from re import _parser  # type: ignore[attr-defined]  # private, unstubbed
     except ImportError:  # pragma: no cover - older Pythons name it sre_parse
-        import sre_parse as _parser  # type: ignore[no-redef]
+        import sre_parse as _parser
     try:
         items = _parser.parse(rx.pattern, rx.flags)
     except Exception:  # noqa: BLE001 - any parser trouble: no needles, use the triggers

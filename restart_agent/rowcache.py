@@ -22,6 +22,7 @@ Both caches are bounded: when full they start afresh.
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 
 from restart_agent import fingerprint as _fp
 from restart_agent.registry import PatternRow, Registry
@@ -50,7 +51,7 @@ class RowSelector:
         )
         self._cache: dict[tuple[object, ...], list[PatternRow]] = {}
 
-    def rows_for(self, body: str, hints: set[str] | None) -> list[PatternRow]:
+    def rows_for(self, body: str, hints: AbstractSet[str] | None) -> list[PatternRow]:
         if len(body) > MAX_KEY:
             return self._select(body, hints)
         masked = body.encode("utf-8", "surrogatepass").translate(_NUL)
@@ -70,7 +71,7 @@ class RowSelector:
             self._cache[key] = got
         return got
 
-    def _select(self, body: str, hints: set[str] | None) -> list[PatternRow]:
+    def _select(self, body: str, hints: AbstractSet[str] | None) -> list[PatternRow]:
         hit: set[int] = set()
         keys = self._by_min if hints is None else hints
         for m in keys:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Literal
 
 from restart_agent.linegate import LineGate
 from restart_agent.lines import READS, LineInterpreter
@@ -53,9 +54,9 @@ def compile_prefilter(triggers: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...
     for t in sorted(set(triggers)):
         raw = t.encode()
         groups.setdefault(raw[:1], []).append(re.escape(raw))
-    return tuple(
-        re.compile(b"|".join(sorted(v, key=len, reverse=True))) for _, v in sorted(groups.items())
-    )
+    for alternatives in groups.values():
+        alternatives.sort(key=len, reverse=True)
+    return tuple(re.compile(b"|".join(v)) for _, v in sorted(groups.items()))
 
 
 def _cut(raw: bytes) -> bytes:
@@ -285,7 +286,7 @@ class LogScanner:
                     got.add(m.group())
         return starts, frames
 
-    def _hints(self, raw: bytes) -> set[str] | bool:
+    def _hints(self, raw: bytes) -> set[str] | Literal[False]:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""
         found = {m.group().decode() for rx in self._passes for m in rx.finditer(raw)}
         return found or False

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh --test), start the servers the tests need, lint, run the tests.
+# Set up (scripts/setup.sh --test), start the servers the tests need, lint, type-check, run
+# the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -23,4 +24,5 @@ fi
 
 ruff check .
 ruff format --check .
+mypy  # the packages listed in [tool.mypy] of pyproject.toml
 python -m pytest -q -rs "$@"

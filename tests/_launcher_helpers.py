@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,3 +71,37 @@ def engine_available() -> str | None:
     if not hasattr(restart_agent, "LogScanner") or not hasattr(restart_agent, "decide"):
         return "restart_agent.LogScanner/decide not landed yet (engineer A)"
     return None
+
+
+def run_two_nodes(
+    tmp_path: Path, job_id: str, args: Sequence[str], *, timeout: float
+) -> tuple[list[int], list[str]]:
+    """Two `relaunch run` launchers on this machine forming one job over a c10d rendezvous
+    on a free loopback port (one worker each, logs under tmp_path/logs, no analysis, no GPU
+    preflight). `args` are more flags, then the script and its arguments. Returns both
+    exit codes and both stderr texts; a launcher still running at `timeout` is killed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = [
+        sys.executable, "-m", "relaunch_cli", "run",
+        "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job_id,
+        "--log-dir", str(tmp_path / "logs"), "--job-id", job_id,
+        "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
+        *args,
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    try:
+        errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return [p.returncode for p in procs], errs

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from restart_agent.llm import LLMConfig
 from restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
@@ -16,20 +13,6 @@ from tests._llm_server import LLMServer
 KEY = "sk-test-7f3c9a2e4b1d8f6a0c5e9b3d7a1f4c8e"
 PRIMARY_TEXT = "ValueError: hidden_size 1000 is not divisible by num_attention_heads 16"
 SHORTENABLE_RULE = "restart.workload_first"  # restart_agent/policy.py
-
-
-@pytest.fixture(scope="module")
-def llm_server() -> Iterator[LLMServer]:
-    server = LLMServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "llm.key"
-    path.write_text(KEY + "\n")
-    return path
 
 
 def write_log(directory: Path, *, before: int = 150, after: int = 40) -> tuple[Path, int]:

@@ -1,8 +1,6 @@
 """Start the real `relaunch serve` process for tests, and tear it down.
 
-Usage (any test module)::
-
-    from tests._service_helpers import service_factory  # noqa: F401  (pytest fixture)
+Usage (any test module; the `service_factory` fixture is in tests/conftest.py)::
 
     def test_x(service_factory, tmp_path):
         svc = service_factory()                  # TCP on 127.0.0.1, a free port
@@ -221,26 +219,6 @@ def running_service(tmp_path: Path, **kw: Any) -> Iterator[RunningService]:
     try:
         yield svc
     finally:
-        svc.stop()
-        if svc.uds is not None:
-            with contextlib.suppress(OSError):
-                svc.uds.unlink()
-
-
-@pytest.fixture
-def service_factory(tmp_path: Path) -> Iterator[Any]:
-    """Factory fixture: `service_factory(uds=False, token=None, ...)` -> RunningService."""
-    started: list[RunningService] = []
-    counter = iter(range(1000))
-
-    def make(**kw: Any) -> RunningService:
-        kw.setdefault("name", f"svc{next(counter)}")
-        svc = start_service(tmp_path, **kw)
-        started.append(svc)
-        return svc
-
-    yield make
-    for svc in started:
         svc.stop()
         if svc.uds is not None:
             with contextlib.suppress(OSError):

@@ -6,9 +6,6 @@ reads it back, as the service does) and, for multi-cycle histories, through the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -16,7 +13,8 @@ import pytest
 
 from restart_agent import decide
 from tests._agent_helpers import fact, run_job, scan_text
-from tests._storage_helpers import REPO_ROOT, sqlite_url
+from tests._cli_helpers import run_analyze
+from tests._storage_helpers import sqlite_url
 
 NCCL = (
     "[rank3]: RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269,"
@@ -44,17 +42,6 @@ def wd(rank: int, seq: int = 4242) -> str:
     )
 
 
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "analyze", *map(str, args)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def cli_job(tmp_path: Path, job: str, logs: list[str | bytes]) -> list[dict]:
     """Every cycle of `job` through `relaunch analyze --db` (one SQLite history)."""
     db = sqlite_url(tmp_path)
@@ -62,7 +49,7 @@ def cli_job(tmp_path: Path, job: str, logs: list[str | bytes]) -> list[dict]:
     for n, text in enumerate(logs):
         path = tmp_path / f"{job}.cycle_{n}.log"
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
-        p = _cli(path, "--db", db, "--job-id", job, "--cycle", str(n), "--format", "json")
+        p = run_analyze(path, "--db", db, "--job-id", job, "--cycle", str(n), "--format", "json")
         assert p.returncode == 0, p.stderr
         out.append(json.loads(p.stdout))
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent
 
 require_restart_agent()
 
@@ -142,7 +142,7 @@ def test_bad_artifacts_get_a_one_line_error(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_service_writes_artifacts(service_factory, tmp_path: Path):  # noqa: F811
+def test_service_writes_artifacts(service_factory, tmp_path: Path):
     key = tmp_path / "audit.key"
     key.write_text("service-audit-key\n")
     svc = service_factory(extra_args=["--audit-hmac-key-file", str(key)])

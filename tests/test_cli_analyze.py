@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli_helpers import run_analyze
 from tests._storage_helpers import (
     REPO_ROOT,
     infra_log,
@@ -25,20 +26,8 @@ SPEC_KEYS = {"decision", "basis", "rule", "primary", "cascades", "progress", "hi
 PRIMARY_KEYS = {"failure_class", "line", "rank", "fingerprint", "text"}
 
 
-def analyze(*args: str | Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "relaunch_cli", "analyze", *map(str, args)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def analyze_json(*args: str | Path) -> dict:
-    p = analyze(*args, "--format", "json")
+    p = run_analyze(*args, "--format", "json")
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)  # exactly one JSON object, nothing else on stdout
 
@@ -64,7 +53,7 @@ def test_json_output_has_the_spec_keys(tmp_path):
 
 def test_text_output_verdict_first_then_why_then_evidence(tmp_path):
     log = write(tmp_path, "cycle_0.log", syntax_log())
-    p = analyze(log)
+    p = run_analyze(log)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("STOP")
@@ -72,7 +61,7 @@ def test_text_output_verdict_first_then_why_then_evidence(tmp_path):
     text = p.stdout
     assert "python_syntax_error" in text and "SyntaxError: invalid syntax" in text
     assert text.index("why:") < text.index("evidence:")
-    line_no = json.loads(analyze(log, "--format", "json").stdout)["primary"]["line"]
+    line_no = json.loads(run_analyze(log, "--format", "json").stdout)["primary"]["line"]
     assert f"line {line_no}" in text
 
 
@@ -168,7 +157,7 @@ def test_odd_logs_are_analysed_not_crashed_on(tmp_path, name, data):
         assert v["progress"]["last_iteration"] is None
     if name == "crlf.log":
         assert v["decision"] == "STOP"
-    p = analyze(log)  # text output too
+    p = run_analyze(log)  # text output too
     assert p.returncode == 0 and p.stdout.split()[0] in ("STOP", "RESTART")
 
 
@@ -194,36 +183,36 @@ def _one_line_error(p: subprocess.CompletedProcess[str], code: int, needle: str)
 
 
 def test_missing_file(tmp_path):
-    _one_line_error(analyze(tmp_path / "nope.log"), 2, "no such file")
+    _one_line_error(run_analyze(tmp_path / "nope.log"), 2, "no such file")
 
 
 def test_directory(tmp_path):
-    _one_line_error(analyze(tmp_path), 2, "is a directory")
+    _one_line_error(run_analyze(tmp_path), 2, "is a directory")
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
 def test_device_is_not_a_log(device):
     if not os.path.exists(device):
         pytest.skip(f"{device} does not exist here")
-    _one_line_error(analyze(device), 2, "not a regular file")
+    _one_line_error(run_analyze(device), 2, "not a regular file")
 
 
 def test_fifo_is_not_a_log(tmp_path):
     fifo = tmp_path / "pipe.log"
     os.mkfifo(fifo)
-    _one_line_error(analyze(fifo), 2, "not a regular file")
+    _one_line_error(run_analyze(fifo), 2, "not a regular file")
 
 
 def test_broken_symlink(tmp_path):
     link = tmp_path / "dangling.log"
     link.symlink_to(tmp_path / "gone.log")
-    _one_line_error(analyze(link), 2, "broken symbolic link")
+    _one_line_error(run_analyze(link), 2, "broken symbolic link")
 
 
 def test_unreadable_file(tmp_path):
     log = write(tmp_path, "secret.log", infra_log())
     log.chmod(0)
-    _one_line_error(analyze(log, prefix=_no_dac_prefix()), 2, "permission denied")
+    _one_line_error(run_analyze(log, prefix=_no_dac_prefix()), 2, "permission denied")
 
 
 def _no_dac_prefix() -> tuple[str, ...]:
@@ -245,7 +234,7 @@ def test_read_only_database_is_a_database_error_and_keeps_history(tmp_path):
     (dbdir / "relaunch.db").chmod(0o444)
     dbdir.chmod(0o555)
     try:
-        p = analyze(log, "--db", db, "--job-id", "j", prefix=_no_dac_prefix())
+        p = run_analyze(log, "--db", db, "--job-id", "j", prefix=_no_dac_prefix())
     finally:
         dbdir.chmod(0o755)
         (dbdir / "relaunch.db").chmod(0o644)
@@ -256,18 +245,18 @@ def test_read_only_database_is_a_database_error_and_keeps_history(tmp_path):
 
 def test_negative_cycle(tmp_path):
     log = write(tmp_path, "i.log", infra_log())
-    p = analyze(log, "--db", sqlite_url(tmp_path), "--job-id", "j", "--cycle", "-1")
+    p = run_analyze(log, "--db", sqlite_url(tmp_path), "--job-id", "j", "--cycle", "-1")
     _one_line_error(p, 2, "argument --cycle: must be between 0 and 2147483647, got -1")
     assert not (tmp_path / "relaunch.db").exists()
 
 
 def test_non_integer_cycle(tmp_path):
-    p = analyze(write(tmp_path, "i.log", infra_log()), "--cycle", "three")
+    p = run_analyze(write(tmp_path, "i.log", infra_log()), "--cycle", "three")
     _one_line_error(p, 2, "argument --cycle: expected an integer, got 'three'")
 
 
 def test_db_without_job_id(tmp_path):
-    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", sqlite_url(tmp_path))
+    p = run_analyze(write(tmp_path, "i.log", infra_log()), "--db", sqlite_url(tmp_path))
     _one_line_error(p, 2, "--db needs --job-id")
 
 
@@ -279,13 +268,15 @@ def test_db_without_job_id(tmp_path):
     ],
 )
 def test_bad_db_url(tmp_path, url, needle):
-    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", url, "--job-id", "j")
+    p = run_analyze(write(tmp_path, "i.log", infra_log()), "--db", url, "--job-id", "j")
     _one_line_error(p, 3, needle)
 
 
 def test_db_that_is_not_a_database_keeps_its_bytes(tmp_path):
     bad = write(tmp_path, "notes.db", b"my notes, not a database\n" * 50)
-    p = analyze(write(tmp_path, "i.log", infra_log()), "--db", f"sqlite:///{bad}", "--job-id", "j")
+    p = run_analyze(
+        write(tmp_path, "i.log", infra_log()), "--db", f"sqlite:///{bad}", "--job-id", "j"
+    )
     _one_line_error(p, 3, "cannot open database")
     assert bad.read_bytes() == b"my notes, not a database\n" * 50
 
@@ -294,8 +285,8 @@ def test_bad_input_loses_no_history(tmp_path):
     db = sqlite_url(tmp_path)
     log = write(tmp_path, "i.log", infra_log())
     analyze_json(log, "--db", db, "--job-id", "j", "--cycle", "0")
-    assert analyze(tmp_path / "missing.log", "--db", db, "--job-id", "j").returncode == 2
-    assert analyze(log, "--db", db, "--job-id", "j", "--cycle", "-5").returncode == 2
+    assert run_analyze(tmp_path / "missing.log", "--db", db, "--job-id", "j").returncode == 2
+    assert run_analyze(log, "--db", db, "--job-id", "j", "--cycle", "-5").returncode == 2
     v = analyze_json(log, "--db", db, "--job-id", "j")
     assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1
 

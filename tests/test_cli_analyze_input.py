@@ -13,12 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
-from tests import _llm_helpers
 from tests._llm_helpers import answer, write_log
 from tests._storage_helpers import REPO_ROOT, infra_log
-
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 CMD = [sys.executable, "-m", "relaunch_cli", "analyze"]

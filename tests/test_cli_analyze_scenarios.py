@@ -4,29 +4,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from restart_agent import analyze_file
+from tests._cli_helpers import run_analyze
 from tests._storage_helpers import REPO_ROOT, sqlite_url
 from tests.fixtures.make_logs import make_log
 
 SAMPLES = sorted((REPO_ROOT / "tests" / "fixtures" / "logs").glob("*.log"))
-
-
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "analyze", *map(str, args)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def history(tmp_path: Path, job: str, logs: list[str]) -> list[tuple[str, str]]:
@@ -36,7 +23,7 @@ def history(tmp_path: Path, job: str, logs: list[str]) -> list[tuple[str, str]]:
     for n, text in enumerate(logs):
         path = tmp_path / f"{job}.cycle_{n}.log"
         path.write_text(text)
-        p = _cli(path, "--db", db, "--job-id", job, "--format", "json")
+        p = run_analyze(path, "--db", db, "--job-id", job, "--format", "json")
         assert p.returncode == 0, p.stderr
         v = json.loads(p.stdout)
         assert v["cycle"] == n
@@ -85,13 +72,13 @@ def test_certain_workload_bug_stops_at_once(tmp_path):
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_checked_in_samples_match_the_library(sample):
-    p = _cli(sample, "--format", "json")
+    p = run_analyze(sample, "--format", "json")
     assert p.returncode == 0, p.stderr
     cli = json.loads(p.stdout)
     lib = analyze_file(sample).to_dict()
     for key in ("decision", "rule", "basis", "primary", "cascades", "progress", "history"):
         assert cli[key] == lib[key], key
-    text = _cli(sample)
+    text = run_analyze(sample)
     assert text.returncode == 0 and text.stdout.startswith(cli["decision"])
     if cli["primary"]:
         assert f"line {cli['primary']['line']}" in text.stdout

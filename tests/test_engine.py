@@ -13,15 +13,7 @@ import pytest
 from attribution.engine import AttributionEngine, VerdictEvent, scan_with_identity
 from restart_agent import scan_file
 from restart_agent.model import PolicyConfig
-from storage import open_repository
-from tests._storage_helpers import infra_log, sqlite_url, syntax_log, workload_log
-
-
-@pytest.fixture
-def repo(tmp_path: Path):
-    r = open_repository(sqlite_url(tmp_path))
-    yield r
-    r.close()
+from tests._storage_helpers import infra_log, syntax_log, workload_log
 
 
 def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:

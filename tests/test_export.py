@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from attribution.export import EXPORT_SCHEMA, WebhookExporter, event_payload
-from tests._service_helpers import free_port, service_factory  # noqa: F401
+from tests._service_helpers import free_port
 
 
 class Receiver:
@@ -146,7 +146,7 @@ def test_event_payload_shape():
 
 
 @pytest.mark.slow
-def test_service_exports_each_verdict(receiver, service_factory):  # noqa: F811
+def test_service_exports_each_verdict(receiver, service_factory):
     from tests._service_helpers import require_restart_agent
 
     require_restart_agent()

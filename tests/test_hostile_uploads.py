@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from attribution.files import safe_name
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -131,7 +131,7 @@ def _raw(svc: Any, head: bytes, body: bytes, close_early: bool) -> bytes:
         return out
 
 
-def test_fuzzed_uploads_get_a_verdict_or_a_one_line_4xx(service_factory):  # noqa: F811
+def test_fuzzed_uploads_get_a_verdict_or_a_one_line_4xx(service_factory):
     svc = service_factory(extra_args=["--max-upload-bytes", str(LIMIT), "--rate-limit", "0"])
     rng = random.Random(SEED)
     statuses: dict[int, int] = {}

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tests._launcher_helpers import (
     read_log,
     relaunch_env,
     run_relaunch,
+    run_two_nodes,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -179,25 +179,9 @@ def test_two_nodes_share_one_cycle_number_and_restart_budget(tmp_path: Path) -> 
     restarts left (job-wide), and both stop when the job's budget is spent."""
     script = tmp_path / "two.py"
     script.write_text(TWO_NODE_WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = [
-        sys.executable, "-m", "relaunch_cli", "run",
-        "--nnodes", "2", "--nproc-per-node", "1",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "jw",
-        "--log-dir", str(tmp_path / "logs"), "--job-id", "jw", "--max-restarts", "2",
-        "--workers-stop-timeout", "3", "--ft-attribution-endpoint", "off",
-        "--ft-gpu-health", "off", str(script),
-    ]  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    errs = [p.communicate(timeout=200)[1] for p in procs]
-    assert [p.returncode for p in procs] == [1, 1], errs
+    args = ["--max-restarts", "2", "--workers-stop-timeout", "3", str(script)]
+    codes, errs = run_two_nodes(tmp_path, "jw", args, timeout=200)
+    assert codes == [1, 1], errs
     starts: dict[int, dict[int, str]] = {0: {}, 1: {}}
     for name in cycle_logs(tmp_path, "jw"):
         cycle, node = map(int, re.match(r"cycle_(\d+)\.node(\d)\.log", name).groups())

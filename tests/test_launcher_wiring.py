@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._launcher_helpers import WORKER, cycle_logs, job_args, run_relaunch
+from tests._launcher_helpers import WORKER, cycle_logs, job_args, run_relaunch, run_two_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -108,31 +108,8 @@ def test_bad_health_endpoint_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
     """Two launchers on this machine form one job over a c10d rendezvous (1 worker each)."""
-    import socket
-    import subprocess
-    import sys
-
-    from tests._launcher_helpers import relaunch_env
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = [
-        sys.executable, "-m", "relaunch_cli", "run",
-        "--nnodes", "2", "--nproc-per-node", "1",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
-        "--log-dir", str(tmp_path / "logs"), "--job-id", "two",
-        "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
-        str(WORKER), "--mode", "ok",
-    ]  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    errs = [p.communicate(timeout=100)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+    codes, errs = run_two_nodes(tmp_path, "two", [str(WORKER), "--mode", "ok"], timeout=100)
+    assert codes == [0, 0], errs
     assert cycle_logs(tmp_path, "two") == ["cycle_0.node0.log", "cycle_0.node1.log"]
     seen = {}
     for k in (0, 1):

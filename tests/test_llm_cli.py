@@ -14,13 +14,10 @@ import pytest
 from relaunch_cli import llm_options
 from relaunch_cli.errors import UserError
 from restart_agent.llm import LLMConfig
-from tests import _llm_helpers
 from tests._llm_helpers import KEY, answer, write_log
 from tests._llm_server import LLMServer
 
 REPO = Path(__file__).resolve().parent.parent
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 
 def parse(argv: list[str], prog: str = "relaunch run", **kw: bool) -> argparse.Namespace:

@@ -11,7 +11,6 @@ import pytest
 
 from restart_agent.llm import LLMConfig, LLMConfigError, enrich, enrich_and_apply
 from restart_agent.llm.prompt import Budget, estimate_tokens
-from tests import _llm_helpers
 from tests._llm_helpers import (
     KEY,
     PRIMARY_TEXT,
@@ -21,9 +20,6 @@ from tests._llm_helpers import (
     write_log,
 )
 from tests._llm_server import LLMServer
-
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 
 def test_grounded_answer_is_recorded_with_tokens_latency_and_citations(

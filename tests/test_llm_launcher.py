@@ -9,15 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests import _llm_helpers
 from tests._launcher_helpers import WORKER, cycle_logs, engine_available, job_args, run_relaunch
 from tests._llm_helpers import KEY
 from tests._llm_server import LLMServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 QUOTE = "KeyError: 'warmup_steps'"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,11 @@ except ImportError as exc:  # the engine needs the restart agent's scanner (issu
 from attribution.audit import AuditWriter
 from attribution.enrichment import EnrichmentListener, audit_sidecar_path
 from restart_agent.llm.policy import RULE
-from storage import HistoryRepository, open_repository
-from tests import _llm_helpers
+from storage import HistoryRepository
 from tests._llm_helpers import KEY, answer, config, make_verdict, write_log
 from tests._llm_server import LLMServer
 
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 JOB = "job-llm"
-
-
-@pytest.fixture()
-def repo(tmp_path: Path) -> Iterator[HistoryRepository]:
-    r = open_repository(f"sqlite:///{tmp_path / 'relaunch.db'}")
-    yield r
-    r.close()
 
 
 def _event(

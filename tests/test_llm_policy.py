@@ -14,12 +14,8 @@ import pytest
 from restart_agent.llm import apply_enrichment, enrich, enrich_and_apply
 from restart_agent.llm.policy import RULE, shortenable_recoverability, shortenable_rules
 from restart_agent.model import Evidence, PolicyConfig
-from tests import _llm_helpers
 from tests._llm_helpers import SHORTENABLE_RULE, answer, config, make_verdict, write_log
 from tests._llm_server import LLMServer
-
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 
 def _enriched(

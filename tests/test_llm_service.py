@@ -9,13 +9,9 @@ from typing import Any
 
 import httpx
 
-from tests import _llm_helpers
 from tests._llm_helpers import KEY, answer, write_log
 from tests._llm_server import LLMServer
 from tests._service_helpers import require_restart_agent, running_service
-
-llm_server = _llm_helpers.llm_server
-key_file = _llm_helpers.key_file
 
 
 def _wait_for_llm(c: httpx.Client, job: str, cycle: int, timeout: float = 20.0) -> dict[str, Any]:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,8 @@ from tests._launcher_helpers import (
     engine_available,
     job_args,
     read_log,
-    relaunch_env,
     run_relaunch,
+    run_two_nodes,
 )
 
 WORKER = REPO / "tests" / "workers" / "progress_job.py"
@@ -211,26 +208,10 @@ def test_two_nodes_end_together_when_only_rank_0_reports(tmp_path: Path) -> None
     """Two launchers on loopback (one worker each); only node 0's rank reports progress.
     Node 1 learns the job's best through the rendezvous store, so both count the same
     restarts and both end the job at the same cycle boundary."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = [
-        sys.executable, "-m", "relaunch_cli", "run",
-        "--nnodes", "2", "--nproc-per-node", "1",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "pg2",
-        "--log-dir", str(tmp_path / "logs"), "--job-id", "pg2", "--max-restarts", "10",
-        "--ft-max-no-progress-restarts", "2",
-        "--workers-stop-timeout", "3", "--ft-attribution-endpoint", "off",
-        "--ft-gpu-health", "off", str(WORKER), "--mode", "rank0_reports",
-    ]  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    errs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [5, 5], errs
+    args = ["--max-restarts", "10", "--ft-max-no-progress-restarts", "2"]
+    args += ["--workers-stop-timeout", "3", str(WORKER), "--mode", "rank0_reports"]
+    codes, errs = run_two_nodes(tmp_path, "pg2", args, timeout=300)
+    assert codes == [5, 5], errs
     for err in errs:
         assert "no progress: 2 consecutive restarts without a higher iteration than 5" in err
     judged: dict[str, list[tuple]] = {}

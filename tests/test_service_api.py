@@ -18,11 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests._service_helpers import (  # noqa: F401
+from tests._service_helpers import (
     REPO_ROOT,
     cli_env,
     require_restart_agent,
-    service_factory,
 )
 
 require_restart_agent()
@@ -68,7 +67,7 @@ def same_verdict(a: dict, b: dict) -> None:
         assert a.get(key) == b.get(key), (key, a.get(key), b.get(key))
 
 
-def test_healthz_and_openapi_match_the_routes(service_factory):  # noqa: F811
+def test_healthz_and_openapi_match_the_routes(service_factory):
     svc = service_factory()
     with svc.client() as c:
         health = c.get("/healthz")
@@ -92,7 +91,7 @@ def test_healthz_and_openapi_match_the_routes(service_factory):  # noqa: F811
     assert "ErrorBody" in spec["components"]["schemas"]
 
 
-def test_terminal_verdict_equals_relaunch_analyze(service_factory):  # noqa: F811
+def test_terminal_verdict_equals_relaunch_analyze(service_factory):
     svc = service_factory()
     log = write_log(svc.root / "job1" / "cycle_0.log", HEAD + TAIL)
     with svc.client() as c:
@@ -121,7 +120,7 @@ def test_terminal_verdict_equals_relaunch_analyze(service_factory):  # noqa: F81
     assert got["result"]["state"] == ("STOP" if expected["decision"] == "STOP" else "CONTINUE")
 
 
-def test_progressive_log_is_read_as_it_grows_and_equals_one_shot(service_factory):  # noqa: F811
+def test_progressive_log_is_read_as_it_grows_and_equals_one_shot(service_factory):
     svc = service_factory(extra_args=["--poll-interval", "0.05"])
     log = svc.root / "grow" / "cycle_0.log"
     log.parent.mkdir(parents=True)
@@ -168,7 +167,7 @@ def test_progressive_log_is_read_as_it_grows_and_equals_one_shot(service_factory
     same_verdict(done["result"], cli_analyze(log))
 
 
-def test_history_survives_a_service_restart(service_factory):  # noqa: F811
+def test_history_survives_a_service_restart(service_factory):
     svc = service_factory()
     logs = [write_log(svc.root / "hist" / f"cycle_{i}.log", HEAD + TAIL) for i in range(3)]
     with svc.client() as c:
@@ -222,7 +221,7 @@ def test_history_survives_a_service_restart(service_factory):  # noqa: F811
         assert stats["analyses_started"] == 0 and stats["cache_hits"] == 1
 
 
-def test_identical_concurrent_requests_are_coalesced(service_factory):  # noqa: F811
+def test_identical_concurrent_requests_are_coalesced(service_factory):
     svc = service_factory()
     lines = [f"[rank{r % 8}]: iteration {i} | lm loss 2.0" for i, r in enumerate(range(150_000))]
     log = write_log(svc.root / "co" / "cycle_0.log", lines + TAIL)
@@ -261,7 +260,7 @@ def test_identical_concurrent_requests_are_coalesced(service_factory):  # noqa: 
     assert stats["requests_coalesced"] + stats["cache_hits"] >= 1
 
 
-def test_fifty_concurrent_clients_without_an_error(service_factory):  # noqa: F811
+def test_fifty_concurrent_clients_without_an_error(service_factory):
     import asyncio
 
     svc = service_factory()
@@ -289,7 +288,7 @@ def test_fifty_concurrent_clients_without_an_error(service_factory):  # noqa: F8
     assert results == [(200, 200, "completed200")] * 50
 
 
-def test_unix_socket_service(service_factory):  # noqa: F811
+def test_unix_socket_service(service_factory):
     svc = service_factory(uds=True)
     assert svc.endpoint.startswith("unix://")
     log = write_log(svc.root / "u" / "cycle_0.log", HEAD + TAIL)
@@ -319,7 +318,7 @@ def test_unix_socket_service(service_factory):  # noqa: F811
         assert c.get("/logs", params={"log_path": str(log), "wait": "false"}).json()["cached"]
 
 
-def test_v1_jobs_cycles_evidence_search_and_upload(service_factory):  # noqa: F811
+def test_v1_jobs_cycles_evidence_search_and_upload(service_factory):
     svc = service_factory()
     body = ("\n".join(HEAD + TAIL) + "\n").encode()
     with svc.client() as c:
@@ -351,7 +350,7 @@ def test_v1_jobs_cycles_evidence_search_and_upload(service_factory):  # noqa: F8
     same_verdict(verdict, cli_analyze(uploaded))
 
 
-def test_track_only_then_get_analyses_like_nvrx(service_factory):  # noqa: F811
+def test_track_only_then_get_analyses_like_nvrx(service_factory):
     svc = service_factory()
     log = svc.root / "nvrx" / "slurm-123.out"
     with svc.client() as c:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -41,7 +41,7 @@ def _no_secret(c, job: str) -> None:
         assert SECRET not in full, full
 
 
-def test_directory_swapped_for_symlink_before_first_analysis(service_factory, tmp_path):  # noqa: F811
+def test_directory_swapped_for_symlink_before_first_analysis(service_factory, tmp_path):
     svc = service_factory()
     outside = _outside(tmp_path)
     log = svc.root / "late" / "cycle_0.log"
@@ -60,7 +60,7 @@ def test_directory_swapped_for_symlink_before_first_analysis(service_factory, tm
         assert c.get("/healthz").json()["status"] == "ok"
 
 
-def test_directory_swapped_after_analysis_keeps_the_verdict(service_factory, tmp_path):  # noqa: F811
+def test_directory_swapped_after_analysis_keeps_the_verdict(service_factory, tmp_path):
     svc = service_factory()
     outside = _outside(tmp_path)
     d = svc.root / "jobdir"
@@ -91,7 +91,7 @@ def test_directory_swapped_after_analysis_keeps_the_verdict(service_factory, tmp
         _no_secret(c, "swap")
 
 
-def test_file_swapped_for_symlink_or_fifo_never_read_or_blocks(service_factory, tmp_path):  # noqa: F811
+def test_file_swapped_for_symlink_or_fifo_never_read_or_blocks(service_factory, tmp_path):
     svc = service_factory()
     outside = _outside(tmp_path)
     log = svc.root / "f.log"

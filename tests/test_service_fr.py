@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests._fr_helpers import stalled_allreduce_job, write_dumps
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -23,7 +23,7 @@ TIMEOUTS = [
 ]
 
 
-def test_fr_dumps_join_the_cycle_verdict(service_factory, tmp_path):  # noqa: F811
+def test_fr_dumps_join_the_cycle_verdict(service_factory, tmp_path):
     svc = service_factory()
     log = svc.root / "fr" / "cycle_0.log"
     log.parent.mkdir()

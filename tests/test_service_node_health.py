@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -30,7 +30,7 @@ def _terminal(c, log, job: str, cycle: int) -> dict:
     return c.get("/logs", params={"log_path": str(log), "wait": "true"}).json()
 
 
-def test_node_health_joins_the_cycle_verdict(service_factory):  # noqa: F811
+def test_node_health_joins_the_cycle_verdict(service_factory):
     svc = service_factory()
     log = svc.root / "nh" / "cycle_0.log"
     log.parent.mkdir()
@@ -54,7 +54,7 @@ def test_node_health_joins_the_cycle_verdict(service_factory):  # noqa: F811
         assert now["node_health"][0]["node"] == "node1"  # the NVRx poll sees it too
 
 
-def test_node_health_before_the_log_is_stored_for_the_first_analysis(service_factory):  # noqa: F811
+def test_node_health_before_the_log_is_stored_for_the_first_analysis(service_factory):
     svc = service_factory()
     log = svc.root / "early" / "cycle_0.log"
     log.parent.mkdir()
@@ -79,7 +79,7 @@ def test_node_health_before_the_log_is_stored_for_the_first_analysis(service_fac
     ],
 )
 def test_bad_node_health_reports_get_a_clear_error_and_lose_nothing(
-    service_factory,  # noqa: F811
+    service_factory,
     body: dict,
     field: str,
     status: int,

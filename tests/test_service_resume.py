@@ -18,7 +18,6 @@ from tests._service_helpers import (
     hold_analyses,
     release_analyses,
     require_restart_agent,
-    service_factory,  # noqa: F401
 )
 
 require_restart_agent()
@@ -42,7 +41,7 @@ def _verdict(c, job: str, cycle: int, wait: bool) -> dict:
     return r.json()
 
 
-def test_analyses_killed_with_the_service_are_resumed_or_failed(service_factory, tmp_path):  # noqa: F811
+def test_analyses_killed_with_the_service_are_resumed_or_failed(service_factory, tmp_path):
     hold = tmp_path / "hold"
     hold_analyses(hold, "crash")
     svc = service_factory(env={HOLD: str(hold)}, extra_args=["--workers", "1"])
@@ -84,7 +83,7 @@ def test_analyses_killed_with_the_service_are_resumed_or_failed(service_factory,
         assert _verdict(c, "crash", 1, False)["status"] == "failed"
 
 
-def test_slow_analysis_does_not_hold_other_requests(service_factory, tmp_path):  # noqa: F811
+def test_slow_analysis_does_not_hold_other_requests(service_factory, tmp_path):
     hold = tmp_path / "hold"
     hold_analyses(hold, "slow")
     svc = service_factory(
@@ -121,7 +120,7 @@ def test_slow_analysis_does_not_hold_other_requests(service_factory, tmp_path): 
     assert slow.status_code == 200 and slow.json()["status"] == "completed", slow.text
 
 
-def test_request_waiting_past_the_analysis_timeout_gets_202(service_factory, tmp_path):  # noqa: F811
+def test_request_waiting_past_the_analysis_timeout_gets_202(service_factory, tmp_path):
     hold = tmp_path / "hold"
     hold_analyses(hold, "late")
     svc = service_factory(env={HOLD: str(hold)}, extra_args=["--analysis-timeout", "0.2"])
@@ -182,7 +181,7 @@ def test_repository_tracks_analyses_in_flight(tmp_path, backend):
         repo.close()
 
 
-def test_sigterm_with_queued_analyses_loses_none(service_factory, tmp_path):  # noqa: F811
+def test_sigterm_with_queued_analyses_loses_none(service_factory, tmp_path):
     """A stopping service finishes the running analysis and leaves the queued ones to the
     next start: whichever way each went, every acknowledged analysis ends with a verdict."""
     hold = tmp_path / "hold"

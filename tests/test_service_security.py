@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -31,7 +31,7 @@ def err(resp, status: int, code: str) -> dict:
 
 
 @pytest.fixture
-def svc(service_factory):  # noqa: F811
+def svc(service_factory):
     return service_factory()
 
 
@@ -121,7 +121,7 @@ def test_malformed_bodies_and_bad_parameters(svc):
         assert c.get("/healthz").json()["status"] == "ok"
 
 
-def test_bearer_token(service_factory):  # noqa: F811
+def test_bearer_token(service_factory):
     svc = service_factory(token="s3cret-token")
     with svc.client(token=False) as anon:
         assert anon.get("/healthz").status_code == 200  # health stays open for probes
@@ -137,7 +137,7 @@ def test_bearer_token(service_factory):  # noqa: F811
     assert "s3cret-token" not in svc.output()
 
 
-def test_request_size_limits(service_factory):  # noqa: F811
+def test_request_size_limits(service_factory):
     svc = service_factory(extra_args=["--max-body-bytes", "2048", "--max-upload-bytes", "65536"])
     with svc.client() as c:
         big = {"log_path": "/x", "user": "u" * 5000}
@@ -157,7 +157,7 @@ def test_request_size_limits(service_factory):  # noqa: F811
         assert ok.status_code == 200 and ok.json()["status"] == "completed"
 
 
-def test_rate_limit_answers_429_with_retry_after(service_factory):  # noqa: F811
+def test_rate_limit_answers_429_with_retry_after(service_factory):
     svc = service_factory(extra_args=["--rate-limit", "1", "--rate-burst", "3"])
     with svc.client() as c:
         codes = [c.get("/v1/jobs") for _ in range(6)]
@@ -170,7 +170,7 @@ def test_rate_limit_answers_429_with_retry_after(service_factory):  # noqa: F811
         assert c.get("/healthz").status_code == 200  # never rate limited
 
 
-def test_overload_answers_503(service_factory):  # noqa: F811
+def test_overload_answers_503(service_factory):
     svc = service_factory(extra_args=["--max-pending", "1", "--workers", "1"])
     big = svc.root / "big.log"
     with open(big, "w") as fh:
@@ -243,7 +243,7 @@ def test_random_garbage_never_crashes_or_corrupts(svc):
     assert statuses - {200} and statuses <= {200, 400, 404, 405, 413, 422}
 
 
-def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):  # noqa: F811
+def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):
     closed = service_factory(token="s3cret-token")
     with closed.client(token=False) as anon:
         err(anon.get("/"), 401, "unauthorized")

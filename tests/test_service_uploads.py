@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests._service_helpers import require_restart_agent, service_factory  # noqa: F401
+from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
@@ -32,7 +32,7 @@ def _chunks(total: int, line: bytes = OTHER):
 
 
 @pytest.fixture
-def svc(service_factory):  # noqa: F811
+def svc(service_factory):
     return service_factory(extra_args=["--max-upload-bytes", str(LIMIT)])
 
 

@@ -15,19 +15,12 @@ from sqlalchemy import func, inspect, select
 import storage
 from storage import StorageError, open_repository
 from storage.models import Cycle, EvidenceRow, Job
-from tests._storage_helpers import pg_url_or_skip, sqlite_url, verdict
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path)
-    return pg_url_or_skip()
+from tests._storage_helpers import sqlite_url, verdict
 
 
 @pytest.fixture
-def repo(url: str):
-    r = open_repository(url)
+def repo(db_url: str):
+    r = open_repository(db_url)
     yield r
     r.close()
 
@@ -120,8 +113,8 @@ def test_prior_verdicts_only_earlier_cycles_oldest_first(repo):
     assert repo.prior_verdicts("nobody", 10) == []
 
 
-def test_history_is_bounded_per_job_oldest_pruned(url):
-    repo = open_repository(url, max_cycles_per_job=3)
+def test_history_is_bounded_per_job_oldest_pruned(db_url):
+    repo = open_repository(db_url, max_cycles_per_job=3)
     for c in range(6):
         repo.save_verdict("j", c, verdict(evidence_lines=(10, 11)))
     repo.save_verdict("k", 0, verdict())
@@ -186,8 +179,8 @@ def test_node_health_records_merge_by_node_and_survive_reanalysis(repo):
     assert got.verdict == verdict()
 
 
-def test_sent_alerts_are_recorded_once_per_job_and_key_across_reopening(url):
-    r1 = open_repository(url)
+def test_sent_alerts_are_recorded_once_per_job_and_key_across_reopening(db_url):
+    r1 = open_repository(db_url)
     r1.save_verdict("j", 3, verdict("STOP"))
     assert r1.alert_recorded("j", "slack:cycle:3:STOP") is False
     assert r1.alert_recorded("nojob", "slack:cycle:3:STOP") is False
@@ -195,7 +188,7 @@ def test_sent_alerts_are_recorded_once_per_job_and_key_across_reopening(url):
     assert r1.record_alert("j", "slack:cycle:3:STOP") is False
     assert r1.record_alert("other", "slack:cycle:3:STOP") is True  # per job
     r1.close()
-    r2 = open_repository(url)  # a restarted service
+    r2 = open_repository(db_url)  # a restarted service
     assert r2.alert_recorded("j", "slack:cycle:3:STOP") is True
     assert r2.alert_recorded("j", "slack:recurring:fp") is False
     for bad in ("", "x" * 513, None):
@@ -206,11 +199,11 @@ def test_sent_alerts_are_recorded_once_per_job_and_key_across_reopening(url):
     r2.close()
 
 
-def test_history_survives_reopening(url):
-    r1 = open_repository(url)
+def test_history_survives_reopening(db_url):
+    r1 = open_repository(db_url)
     r1.save_verdict("j", 0, verdict(rule="persisted"))
     r1.close()
-    r2 = open_repository(url)
+    r2 = open_repository(db_url)
     assert r2.get_cycle("j", 0).rule == "persisted"
     r2.close()
 
@@ -331,10 +324,10 @@ def test_bad_bound_argument(tmp_path):
         open_repository(sqlite_url(tmp_path), max_cycles_per_job=0)
 
 
-def test_recount_after_a_bulk_insert_restores_counts_and_bound(url):
+def test_recount_after_a_bulk_insert_restores_counts_and_bound(db_url):
     from sqlalchemy import insert
 
-    repo = open_repository(url, max_cycles_per_job=5)
+    repo = open_repository(db_url, max_cycles_per_job=5)
     repo.save_verdict("bulk", 0, verdict())
     with repo.write_session() as s:  # a writer that bypasses save_verdict (imports, benchmarks)
         job_pk = s.scalar(select(Job.id).where(Job.job_id == "bulk"))
@@ -359,8 +352,8 @@ def test_list_cycles_without_json_and_with_a_limit(repo):
     assert repo.list_cycles("j", limit=2)[1].verdict["rule"] == "r4"
 
 
-def test_a_verdict_on_the_latest_cycle_sets_the_job_state(url):
-    repo = open_repository(url)
+def test_a_verdict_on_the_latest_cycle_sets_the_job_state(db_url):
+    repo = open_repository(db_url)
     repo.save_verdict("s", 0, verdict("RESTART"))
     assert repo.get_job("s").state == "running"
     repo.save_verdict("s", 1, verdict("STOP", rule="workload_certain"))
@@ -374,8 +367,8 @@ def test_a_verdict_on_the_latest_cycle_sets_the_job_state(url):
     repo.close()
 
 
-def test_the_launchers_final_state_is_never_overwritten_by_a_verdict(url):
-    repo = open_repository(url)
+def test_the_launchers_final_state_is_never_overwritten_by_a_verdict(db_url):
+    repo = open_repository(db_url)
     repo.save_verdict("f", 0, verdict("RESTART"))
     repo.set_job_state("f", "failed")
     repo.save_verdict("f", 0, verdict("STOP", rule="workload_certain"))  # late LLM re-save
@@ -386,10 +379,10 @@ def test_the_launchers_final_state_is_never_overwritten_by_a_verdict(url):
     repo.close()
 
 
-def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(url):
+def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(db_url):
     from storage.service_queries import bulk_insert_cycles
 
-    repo = open_repository(url, max_cycles_per_job=5)
+    repo = open_repository(db_url, max_cycles_per_job=5)
     rows = ({"cycle": c, "decision": "RESTART", "log_path": f"/l/{c}.log"} for c in range(8))
     assert bulk_insert_cycles(repo, "bulk2", rows) == 8
     job = repo.get_job("bulk2")
@@ -401,9 +394,9 @@ def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(url):
     repo.close()
 
 
-def test_end_cycle_and_end_job_record_how_a_job_ended(url):
+def test_end_cycle_and_end_job_record_how_a_job_ended(db_url):
     """A succeeded job is not left `running` with its last cycle `registered`."""
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     repo.register_cycle("e", 0, "/l/0.log")
     assert repo.get_cycle("e", 0).status == "registered"
     repo.end_cycle("e", 0, "succeeded", reason="all ranks exited with code 0")
@@ -430,8 +423,8 @@ def test_end_cycle_and_end_job_record_how_a_job_ended(url):
     repo.close()
 
 
-def test_an_ended_job_started_again_runs_and_keeps_its_history(url):
-    repo = open_repository(url)
+def test_an_ended_job_started_again_runs_and_keeps_its_history(db_url):
+    repo = open_repository(db_url)
     repo.register_cycle("again", 0, "/l/0.log")
     repo.end_cycle("again", 0, "failed")
     repo.end_job("again", "interrupted", 130, reason="SIGINT")
@@ -456,8 +449,8 @@ def test_an_ended_job_started_again_runs_and_keeps_its_history(url):
         (lambda r: r.end_job("", "failed", 1), "job_id must be a non-empty string"),
     ],
 )
-def test_bad_end_arguments_write_nothing(url, call, message):
-    repo = open_repository(url)
+def test_bad_end_arguments_write_nothing(db_url, call, message):
+    repo = open_repository(db_url)
     with pytest.raises(ValueError, match=message):
         call(repo)
     assert repo.list_jobs() == []

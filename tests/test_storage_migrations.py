@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -15,14 +12,7 @@ from storage import open_repository
 from storage.db import make_engine
 from storage.migrate import alembic_config, head_revision, upgrade_to_head
 from storage.models import Base
-from tests._storage_helpers import pg_url_or_skip, sqlite_url, verdict
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return sqlite_url(tmp_path)
-    return pg_url_or_skip()
+from tests._storage_helpers import sqlite_url, verdict
 
 
 def test_one_head_and_initial_revision_creates_everything():
@@ -32,8 +22,8 @@ def test_one_head_and_initial_revision_creates_everything():
     assert [r.revision for r in base] == ["0001"]
 
 
-def test_migrated_schema_equals_the_models(url):
-    repo = open_repository(url)
+def test_migrated_schema_equals_the_models(db_url):
+    repo = open_repository(db_url)
     with repo.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert ctx.get_current_revision() == head_revision()
@@ -44,14 +34,14 @@ def test_migrated_schema_equals_the_models(url):
     repo.close()
 
 
-def test_downgrade_to_base_then_open_migrates_again(url):
-    repo = open_repository(url)
+def test_downgrade_to_base_then_open_migrates_again(db_url):
+    repo = open_repository(db_url)
     repo.save_verdict("j", 0, verdict())
     with repo.engine.begin() as conn:
         command.downgrade(alembic_config(conn), "base")
     assert "cycles" not in inspect(repo.engine).get_table_names()
     repo.close()
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     assert repo.list_jobs() == []
     repo.save_verdict("j", 0, verdict())
     assert repo.get_cycle("j", 0) is not None
@@ -73,17 +63,17 @@ def _index_names(engine, table: str) -> set[str]:
     return {ix["name"] for ix in inspect(engine).get_indexes(table)}
 
 
-def test_0002_adds_the_log_path_index_and_keeps_data(url):
+def test_0002_adds_the_log_path_index_and_keeps_data(db_url):
     """A database left at 0001 (with history) is upgraded on open: the rows stay, the
     index appears; downgrading to 0001 removes only the index."""
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     repo.register_cycle("j", 0, "/logs/a.log")
     repo.save_verdict("j", 1, verdict(), log_identity={"path": "/logs/b.log"})
     with repo.engine.begin() as conn:
         command.downgrade(alembic_config(conn), "0001")
     assert "ix_cycles_log_path" not in _index_names(repo.engine, "cycles")
     repo.close()
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     assert "ix_cycles_log_path" in _index_names(repo.engine, "cycles")
     assert [c.cycle for c in repo.list_cycles("j")] == [0, 1]
     from storage.service_queries import find_cycle_by_log_path
@@ -92,15 +82,15 @@ def test_0002_adds_the_log_path_index_and_keeps_data(url):
     repo.close()
 
 
-def test_0003_adds_node_health_and_keeps_data(url):
+def test_0003_adds_node_health_and_keeps_data(db_url):
     """At 0002 the column is absent; opening upgrades and the stored rows stay."""
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     repo.save_verdict("j", 0, verdict(), log_identity={"path": "/logs/a.log"})
     with repo.engine.begin() as conn:
         command.downgrade(alembic_config(conn), "0002")
     assert "node_health" not in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
     repo.close()
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     assert "node_health" in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
     assert repo.get_cycle("j", 0).verdict == verdict()
     repo.save_node_health("j", 0, {"node": "n1", "healthy": False})
@@ -121,10 +111,10 @@ def test_log_path_lookup_uses_the_index(tmp_path):
     repo.close()
 
 
-def test_0007_adds_the_end_columns_and_keeps_data(url):
+def test_0007_adds_the_end_columns_and_keeps_data(db_url):
     """At 0006 the end columns are absent; opening upgrades, and no job or cycle is lost
     (a batch copy of `jobs` on SQLite would have cascaded into the cycles)."""
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     repo.save_verdict("j", 0, verdict(), log_identity={"path": "/logs/a.log"})
     repo.register_cycle("j", 1, "/logs/b.log")
     repo.end_job("j", "failed", 1)
@@ -133,7 +123,7 @@ def test_0007_adds_the_end_columns_and_keeps_data(url):
     assert "exit_code" not in {c["name"] for c in inspect(repo.engine).get_columns("jobs")}
     assert "outcome" not in {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
     repo.close()
-    repo = open_repository(url)
+    repo = open_repository(db_url)
     assert [c.cycle for c in repo.list_cycles("j")] == [0, 1]
     assert repo.get_cycle("j", 0).verdict == verdict()
     job = repo.get_job("j")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests._launcher_helpers import REPO, read_log, run_relaunch
+from tests._launcher_helpers import REPO, read_log, run_relaunch, run_two_nodes
 
 WORKER = REPO / "tests" / "workers" / "straggler_job.py"
 FACT = "[relaunch] fact: "
@@ -148,32 +148,10 @@ def test_two_nodes_compare_their_ranks_through_the_rendezvous_store(tmp_path: Pa
     naming the slow rank needs the other node's reports (through the c10d store). Only the
     slow rank's own node names it, in its own cycle log."""
     import re
-    import socket
-    import subprocess
-    import sys
 
-    from tests._launcher_helpers import relaunch_env
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = [
-        sys.executable, "-m", "relaunch_cli", "run",
-        "--nnodes", "2", "--nproc-per-node", "1",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
-        "--log-dir", str(tmp_path / "logs"), "--job-id", "two",
-        "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
-        "--ft-straggler-report-interval", "0.6",
-        str(WORKER), "--reports", "4", "--slow-rank", "1",
-    ]  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(2)
-    ]
-    errs = [p.communicate(timeout=240)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+    args = ["--ft-straggler-report-interval", "0.6", str(WORKER), "--reports", "4"]
+    codes, errs = run_two_nodes(tmp_path, "two", [*args, "--slow-rank", "1"], timeout=240)
+    assert codes == [0, 0], errs
     named: dict[int, list[dict]] = {}
     slow_node = None
     for k in (0, 1):

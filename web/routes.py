@@ -1,7 +1,9 @@
 """The dashboard router: server-rendered HTML pages over the history repository.
 
-`create_router(repo_provider)` returns a FastAPI `APIRouter` that the service mounts at
-`/`. `repo_provider` is a `storage.HistoryRepository` or a zero-argument callable that
+The routes are module-level functions on `router`; each takes the `Dashboard` (the
+repository and the log opener) as a dependency (`DashDep`). `create_router(repo_provider)`
+returns an `APIRouter` with those routes bound to one repository, which the service mounts
+at `/`. `repo_provider` is a `storage.HistoryRepository` or a zero-argument callable that
 returns one (so the service can open the database lazily or swap it in tests).
 
 Pages (all readable without JavaScript; `static/live.js` refreshes them while a job runs
@@ -28,6 +30,7 @@ page carries a Content-Security-Policy that allows only the dashboard's own scri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,10 +39,10 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import (
     FileResponse,
     HTMLResponse,
@@ -47,6 +50,7 @@ from fastapi.responses import (
     Response,
     StreamingResponse,
 )
+from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from storage import dashboard_queries
@@ -146,102 +150,28 @@ def _parse_int(raw: str, name: str, default: int) -> int:
     return int(raw)
 
 
-def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) -> APIRouter:
-    """The dashboard's routes over the repository that `repo_provider` gives.
+class Dashboard:
+    """What the routes read: the repository (through its provider) and the log opener."""
 
-    `log_access(path)` returns a read-only descriptor of a cycle's log (the router closes
-    it) or raises an exception with a `status` (HTTP) attribute and a one-line message;
-    the service passes its confined opener (`ServiceState.open_log`: inside the allowed
-    roots, no symlink followed, regular files only). Without it, no log text is shown."""
-    if callable(repo_provider) and not hasattr(repo_provider, "list_jobs"):
-        get_repo: RepoProvider = repo_provider
-    else:
-
-        def get_repo() -> Any:
-            return repo_provider
-
-    env = _environment()
-    router = APIRouter(include_in_schema=False)
-
-    def render(
-        request: Request,
-        name: str,
-        status: int = 200,
-        *,
-        live: bool = False,
-        etag: str | None = None,
-        **ctx: Any,
-    ) -> HTMLResponse:
-        ctx.update(
-            root=request.scope.get("root_path", "").rstrip("/"),
-            live_ms=LIVE_INTERVAL_MS if live else 0,
-            request_path=request.url.path,
-        )
-        template = env.get_template(name)
-        if request.query_params.get("fragment") == "1":
-            block = template.blocks["content"]
-            html = "".join(block(template.new_context(ctx)))
+    def __init__(self, repo_provider: Any, log_access: LogAccess | None) -> None:
+        if callable(repo_provider) and not hasattr(repo_provider, "list_jobs"):
+            self._provider: RepoProvider = repo_provider
         else:
-            html = template.render(ctx)
-        headers = {**SECURITY_HEADERS, "X-Relaunch-Live": str(ctx["live_ms"])}
-        if etag is not None:
-            headers.update(ETag=etag, **{"Cache-Control": "no-cache"})
-        return HTMLResponse(html, status_code=status, headers=headers)
+            self._provider = lambda: repo_provider
+        self.log_access = log_access
 
-    def page_etag(request: Request, job: Any, live: bool) -> str:
-        """A validator of a job page: every write to a job bumps its `updated_at`. (A running
-        cycle's bar is drawn up to the time of the last change; a reload redraws it.)"""
-        j = views.as_dict(job)
-        fragment = request.query_params.get("fragment") == "1"
-        key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
-        return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
+    def repo(self) -> Any:
+        return self._provider()
 
-    def not_modified(request: Request, etag: str, live: bool) -> Response | None:
-        if request.headers.get("if-none-match") != etag:
-            return None
-        return Response(
-            status_code=304,
-            headers={
-                "ETag": etag,
-                "Cache-Control": "no-cache",
-                "X-Relaunch-Live": str(LIVE_INTERVAL_MS if live else 0),
-            },
-        )
-
-    def error_page(request: Request, status: int, message: str) -> HTMLResponse:
-        return render(request, "error.html", status, code=status, message=message)
-
-    def guarded(fn: Callable[..., Response]) -> Callable[..., Response]:
-        """Turn bad input and storage failures into an error page, never a traceback."""
-
-        def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
-            try:
-                return fn(request, *args, **kwargs)
-            except _BadRequest as exc:
-                return error_page(request, exc.status, str(exc))
-            except ValueError as exc:  # the repository rejects malformed ids
-                return error_page(request, 400, str(exc))
-            except Exception as exc:
-                if type(exc).__name__ == "StorageError":
-                    return error_page(request, 503, f"history database unavailable: {exc}")
-                raise
-
-        return wrapper
-
-    def parse_cycle(raw: str) -> int:
-        if not raw.isdigit() or len(raw) > 12:
-            raise _BadRequest(400, f"cycle must be a non-negative integer, got {raw[:40]!r}")
-        return int(raw)
-
-    def open_log(record: Any) -> BinaryIO:
+    def open_log(self, record: Any) -> BinaryIO:
         """The cycle's log opened through `log_access` (the caller closes it)."""
         raw = views.as_dict(record).get("log_path")
         if not raw:
             raise logview.LogUnavailable(404, "no log is recorded for this cycle")
-        if log_access is None:
+        if self.log_access is None:
             raise logview.LogUnavailable(404, "this server does not serve log files")
         try:
-            fd = log_access(str(raw))
+            fd = self.log_access(str(raw))
         except Exception as exc:
             status = getattr(exc, "status", None)
             if not isinstance(status, int):
@@ -249,355 +179,452 @@ def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) ->
             raise logview.LogUnavailable(status, str(exc)) from None
         return os.fdopen(fd, "rb")
 
-    @router.api_route("/", methods=METHODS, response_class=HTMLResponse)
-    def jobs_page(
-        request: Request,
-        state: str = "",
-        job: str = "",
-        failure_class: str = "",
-        window: str = "",
-        since: str = "",
-        until: str = "",
-    ) -> Response:
-        return guarded(_jobs_page)(request, state, job, failure_class, window, since, until)
-
-    def _jobs_page(
-        request: Request,
-        state: str,
-        job: str,
-        failure_class: str,
-        window: str,
-        since_raw: str,
-        until_raw: str,
-    ) -> Response:
-        state, job, failure_class = state.strip(), job.strip(), failure_class.strip()
-        window = window.strip()
-        if state and state not in JOB_STATES:
-            raise _BadRequest(400, f"state must be one of {', '.join(JOB_STATES)}")
-        if window and window not in WINDOWS and window != "all":
-            raise _BadRequest(400, f"window must be one of {', '.join(WINDOWS)} or all")
-        if len(job) > 255 or len(failure_class) > 128:
-            raise _BadRequest(400, "filter term too long")
-        since, until = _parse_time(since_raw, "since"), _parse_time(until_raw, "until")
-        if since is None and window in WINDOWS:
-            since = datetime.now(timezone.utc) - timedelta(seconds=WINDOWS[window])
-        if since and until and since > until:
-            raise _BadRequest(400, "since must not be later than until")
-        repo = get_repo()
-        overviews = repo.job_overviews(
-            state=state or None,
-            job_query=job or None,
-            failure_class=failure_class or None,
-            since=since,
-            until=until,
-            limit=JOBS_LIMIT + 1,
-        )
-        jobs = [views.overview_row(o) for o in overviews]
-        filtered = bool(state or job or failure_class or since or until)
-        return render(
-            request,
-            "jobs.html",
-            live=True,
-            jobs=jobs[:JOBS_LIMIT],
-            more_jobs=len(jobs) > JOBS_LIMIT,
-            jobs_limit=JOBS_LIMIT,
-            counts=repo.job_state_counts(since=since, until=until),
-            classes=[]
-            if request.query_params.get("fragment") == "1"  # the datalist is outside <main>
-            else [f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
-            states=JOB_STATES,
-            windows=list(WINDOWS),
-            f={
-                "state": state,
-                "job": job,
-                "failure_class": failure_class,
-                "window": window,
-                "since": since_raw.strip(),
-                "until": until_raw.strip(),
-            },
-            filtered=filtered,
-            window_text=_window_text(window, since, until),
-        )
-
-    def job_page(request: Request, job_id: str) -> Response:
-        return guarded(_job_page)(request, job_id)
-
-    def _job_page(request: Request, job_id: str) -> Response:
-        repo = get_repo()
-        job = repo.get_job(job_id)
-        if job is None:
-            raise _BadRequest(404, f"no job {job_id!r} in the history")
-        jrow = views.job_row(job)
-        etag = page_etag(request, job, jrow["live"])
-        unchanged = not_modified(request, etag, jrow["live"])
-        if unchanged is not None:  # live refresh of an unchanged job: skip the timeline query
-            return unchanged
-        rows = [
-            views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)
-        ]
-        if not jrow["live"]:  # a finished job runs nothing: a cycle it registered never ran
-            for r in rows:
-                if r["running"]:
-                    r["running"], r["cause"] = False, "never analysed (the job had ended)"
-        now = datetime.now(timezone.utc)
-        deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
-        return render(
-            request,
-            "job.html",
-            live=jrow["live"],
-            etag=etag,
-            job=jrow,
-            cycles=rows,
-            deciding=deciding,
-            timeline=charts.cycle_timeline(rows, now),
-            goodput=charts.goodput(rows, now),
-            iterations=charts.iterations_chart(rows, now),
-            strip=charts.failure_strip(rows),
-            notes=dashboard_queries.node_health_notes(repo, job_id, NODE_NOTES),
-            shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
-        )
-
-    def cycle_page(request: Request, job_id: str, cycle: str) -> Response:
-        return guarded(_cycle_page)(request, job_id, cycle)
-
-    def _cycle_page(request: Request, job_id: str, raw_cycle: str) -> Response:
-        n = parse_cycle(raw_cycle)
-        repo = get_repo()
-        record = repo.get_cycle(job_id, n)
-        if record is None:
-            raise _BadRequest(404, f"no cycle {n} of job {job_id!r} in the history")
-        job = repo.get_job(job_id)
-        jrow = views.job_row(job) if job is not None else {"job_id": job_id, "live": False}
-        detail = views.cycle_detail(record)
-        detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
-        excerpt, log_error = None, None
-        try:
-            with open_log(record) as fh:
-                if detail["primary"] and isinstance(detail["primary"].get("line"), int):
-                    excerpt = logview.excerpt(
-                        fh, detail["primary"]["line"], detail["primary"].get("rank")
-                    )
-        except logview.LogUnavailable as exc:
-            log_error = str(exc)
-        except OSError as exc:
-            log_error = f"cannot read the log: {exc.strerror or exc}"
-        live = jrow["live"] and (not detail["has_verdict"] or detail["llm"] is None)
-        return render(
-            request,
-            "cycle.html",
-            live=live,
-            job=jrow,
-            c=detail,
-            excerpt=excerpt,
-            log_error=log_error,
-        )
-
-    def log_page(request: Request, job_id: str, cycle: str) -> Response:
-        return guarded(_log_page)(request, job_id, cycle)
-
-    def _cycle_and_log(job_id: str, raw_cycle: str) -> tuple[int, Any, BinaryIO]:
-        n = parse_cycle(raw_cycle)
-        record = get_repo().get_cycle(job_id, n)
+    def cycle_and_log(self, job_id: str, raw_cycle: str) -> tuple[int, Any, BinaryIO]:
+        n = _parse_cycle(raw_cycle)
+        record = self.repo().get_cycle(job_id, n)
         if record is None:
             raise _BadRequest(404, f"no cycle {n} of job {job_id!r} in the history")
         try:
-            return n, record, open_log(record)
+            return n, record, self.open_log(record)
         except logview.LogUnavailable as exc:
             raise _BadRequest(exc.status, str(exc)) from None
 
-    def _log_page(request: Request, job_id: str, raw_cycle: str) -> Response:
-        n, record, fh = _cycle_and_log(job_id, raw_cycle)
-        fh.close()  # opened now: refused logs get their error before parameters are read
-        q = request.query_params
-        count = min(_parse_int(q.get("lines", ""), "lines", LOG_PAGE_LINES), 2000) or 1
-        around = _parse_int(q.get("around", ""), "around", 0)
-        start = _parse_int(q.get("start", ""), "start", max(1, around - count // 4) or 1)
-        follow = q.get("follow") == "1"
-        job = get_repo().get_job(job_id)
-        running = views.as_dict(record).get("status") == "registered"
-        try:
-            with open_log(record) as fh:
-                if follow:
-                    view = logview.last_lines(fh, count)
-                    view["more"] = False
-                    view["start"] = view["lines"][0][0] if view["lines"] else 1
-                else:
-                    view = logview.page(fh, start, count)
-        except logview.LogUnavailable as exc:
-            raise _BadRequest(exc.status, str(exc)) from None
-        except OSError as exc:
-            raise _BadRequest(404, f"cannot read the log: {exc.strerror or exc}") from None
-        return render(
-            request,
-            "log.html",
-            job={"job_id": job_id, **(views.job_row(job) if job else {})},
-            cycle=n,
-            log_path=views.as_dict(record).get("log_path"),
-            view=view,
-            count=count,
-            around=around,
-            follow=follow,
-            running=running,
+
+_STATE_KEY = "relaunch_dashboard"
+
+
+def _dashboard(request: Request) -> Dashboard:
+    return getattr(request.state, _STATE_KEY)
+
+
+DashDep = Annotated[Dashboard, Depends(_dashboard)]
+
+# The routes, defined once; `create_router` binds them to a repository and log opener.
+router = APIRouter(include_in_schema=False)
+_ENV = _environment()
+
+
+def create_router(repo_provider: Any, *, log_access: LogAccess | None = None) -> APIRouter:
+    """The dashboard's routes over the repository that `repo_provider` gives.
+
+    `log_access(path)` returns a read-only descriptor of a cycle's log (the router closes
+    it) or raises an exception with a `status` (HTTP) attribute and a one-line message;
+    the service passes its confined opener (`ServiceState.open_log`: inside the allowed
+    roots, no symlink followed, regular files only). Without it, no log text is shown."""
+    dashboard = Dashboard(repo_provider, log_access)
+
+    def bind(request: Request) -> None:  # runs before each route's own dependencies
+        setattr(request.state, _STATE_KEY, dashboard)
+
+    bound = APIRouter(include_in_schema=False)
+    for route in router.routes:  # copied flat: callers list `.routes` with their paths
+        assert isinstance(route, APIRoute)
+        bound.add_api_route(
+            route.path,
+            route.endpoint,
+            methods=METHODS,
+            response_class=route.response_class,
+            dependencies=[Depends(bind)],
+            include_in_schema=False,
         )
+    return bound
 
-    def log_text(request: Request, job_id: str, cycle: str) -> Response:
-        return guarded(_log_text)(request, job_id, cycle)
 
-    def _log_text(request: Request, job_id: str, raw_cycle: str) -> Response:
-        _, _, fh = _cycle_and_log(job_id, raw_cycle)
-        size = os.fstat(fh.fileno()).st_size  # what is there now; a growing log: tail it
+def _render(
+    request: Request,
+    name: str,
+    status: int = 200,
+    *,
+    live: bool = False,
+    etag: str | None = None,
+    **ctx: Any,
+) -> HTMLResponse:
+    ctx.update(
+        root=request.scope.get("root_path", "").rstrip("/"),
+        live_ms=LIVE_INTERVAL_MS if live else 0,
+        request_path=request.url.path,
+    )
+    template = _ENV.get_template(name)
+    if request.query_params.get("fragment") == "1":
+        block = template.blocks["content"]
+        html = "".join(block(template.new_context(ctx)))
+    else:
+        html = template.render(ctx)
+    headers = {**SECURITY_HEADERS, "X-Relaunch-Live": str(ctx["live_ms"])}
+    if etag is not None:
+        headers.update(ETag=etag, **{"Cache-Control": "no-cache"})
+    return HTMLResponse(html, status_code=status, headers=headers)
 
-        def chunks() -> Iterator[bytes]:
-            with fh:
-                left = size
-                while left > 0:
-                    data = fh.read(min(left, 1 << 16))
-                    if not data:
-                        return
-                    left -= len(data)
-                    yield data
 
-        return StreamingResponse(
-            chunks(),
-            media_type="text/plain; charset=utf-8",
-            headers={
-                **SECURITY_HEADERS,
-                "Cache-Control": "no-cache",
-                "Content-Length": str(size),
-            },
-        )
+def _page_etag(request: Request, job: Any, live: bool) -> str:
+    """A validator of a job page: every write to a job bumps its `updated_at`. (A running
+    cycle's bar is drawn up to the time of the last change; a reload redraws it.)"""
+    j = views.as_dict(job)
+    fragment = request.query_params.get("fragment") == "1"
+    key = f"{_BOOT}|{j.get('updated_at')}|{j.get('cycles')}|{j.get('state')}|{live}|{fragment}"
+    return 'W/"' + hashlib.sha1(key.encode()).hexdigest()[:20] + '"'
 
-    def log_tail(request: Request, job_id: str, cycle: str, offset: str = "0") -> Response:
-        try:
-            off = _parse_int(offset, "offset", 0)
-            n, record, fh = _cycle_and_log(job_id, cycle)
-            with fh:
-                data = logview.tail(fh, off)
-        except _BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
-        except ValueError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        except OSError as exc:
-            return JSONResponse({"error": f"cannot read the log: {exc.strerror}"}, 404)
-        except Exception as exc:
-            if type(exc).__name__ == "StorageError":
-                return JSONResponse({"error": f"history database unavailable: {exc}"}, 503)
-            raise
-        job = get_repo().get_job(job_id)
-        live = bool(job and views.job_row(job)["live"]) and (
-            views.as_dict(record).get("status") == "registered"
-        )
-        data["live"] = live or bool(data.get("more"))
-        return JSONResponse(data, headers={"Cache-Control": "no-store"})
 
-    def audit_json(request: Request, job_id: str, cycle: str) -> Response:
-        return guarded(_audit_json)(request, job_id, cycle)
-
-    def _audit_json(request: Request, job_id: str, raw_cycle: str) -> Response:
-        n = parse_cycle(raw_cycle)
-        record = get_repo().get_cycle(job_id, n)
-        if record is None:
-            return JSONResponse(
-                {"error": f"no cycle {n} of job {job_id!r} in the history"}, status_code=404
-            )
-        data = views.as_dict(record)
-        path = data.get("audit_path")
-        if (
-            path
-            and path.endswith(".json")
-            and os.path.isfile(path)
-            and os.path.getsize(path) <= MAX_AUDIT_BYTES
-        ):
-            return FileResponse(path, media_type="application/json")
-        body = {
-            "job_id": job_id,
-            "cycle": n,
-            "audit_path": path,
-            "note": "no audit artifact on disk; this is the stored verdict record",
-            "record": data,
-        }
-        return Response(
-            json.dumps(body, indent=2, sort_keys=True, default=str),
-            media_type="application/json",
-        )
-
-    # Job ids may contain '/': the `path` converter takes them whole, so the more specific
-    # routes go first.
-    cyc = "/jobs/{job_id:path}/cycles/{cycle}"
-    router.add_api_route(cyc + "/audit.json", audit_json, methods=METHODS)
-    router.add_api_route(cyc + "/log/tail", log_tail, methods=METHODS)
-    router.add_api_route(cyc + "/log.txt", log_text, methods=METHODS)
-    router.add_api_route(cyc + "/log", log_page, methods=METHODS, response_class=HTMLResponse)
-    router.add_api_route(cyc, cycle_page, methods=METHODS, response_class=HTMLResponse)
-    router.add_api_route(
-        "/jobs/{job_id:path}", job_page, methods=METHODS, response_class=HTMLResponse
+def _not_modified(request: Request, etag: str, live: bool) -> Response | None:
+    if request.headers.get("if-none-match") != etag:
+        return None
+    return Response(
+        status_code=304,
+        headers={
+            "ETag": etag,
+            "Cache-Control": "no-cache",
+            "X-Relaunch-Live": str(LIVE_INTERVAL_MS if live else 0),
+        },
     )
 
-    @router.api_route("/search", methods=METHODS, response_class=HTMLResponse)
-    def search_page(
-        request: Request,
-        fingerprint: str = "",
-        failure_class: str = "",
-        decision: str = "",
-    ) -> Response:
-        return guarded(_search_page)(request, fingerprint, failure_class, decision)
 
-    def _search_page(
-        request: Request, fingerprint: str, failure_class: str, decision: str
-    ) -> Response:
-        fingerprint, failure_class = fingerprint.strip(), failure_class.strip()
-        decision = decision.strip().upper()
-        if decision and decision not in ("STOP", "RESTART"):
-            raise _BadRequest(400, "decision must be STOP or RESTART")
-        if len(fingerprint) > 4096 or len(failure_class) > 128:
-            raise _BadRequest(400, "search term too long")
-        searched = bool(fingerprint or failure_class or decision)
-        results: list[dict[str, Any]] = []
-        facets: list[dict[str, Any]] = []
-        recurring: list[dict[str, Any]] = []
-        if not searched:
-            facets = dashboard_queries.failure_classes(get_repo(), FACETS)
-            recurring = dashboard_queries.recurring_fingerprints(get_repo(), FACETS)
-        else:
-            records = get_repo().search(
-                fingerprint=fingerprint or None,
-                failure_class=failure_class or None,
-                decision=decision or None,
-                limit=SEARCH_LIMIT,
-            )
-            for r in records:
-                d = views.as_dict(r)
-                row = views.cycle_row(d)
-                row["job_id"] = d.get("job_id")
-                row["analysed"] = views.fmt_time(d.get("analysed_at"))
-                results.append(row)
-        return render(
-            request,
-            "search.html",
-            searched=searched,
-            results=results,
-            facets=facets,
-            recurring=recurring,
+def _error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    return _render(request, "error.html", status, code=status, message=message)
+
+
+def _guarded(fn: Callable[..., Response]) -> Callable[..., Response]:
+    """Turn bad input and storage failures into an error page, never a traceback.
+
+    FastAPI calls routes with keyword arguments only, `request` among them."""
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Response:
+        try:
+            return fn(**kwargs)
+        except _BadRequest as exc:
+            return _error_page(kwargs["request"], exc.status, str(exc))
+        except ValueError as exc:  # the repository rejects malformed ids
+            return _error_page(kwargs["request"], 400, str(exc))
+        except Exception as exc:
+            if type(exc).__name__ == "StorageError":
+                return _error_page(kwargs["request"], 503, f"history database unavailable: {exc}")
+            raise
+
+    return wrapper
+
+
+def _parse_cycle(raw: str) -> int:
+    if not raw.isdigit() or len(raw) > 12:
+        raise _BadRequest(400, f"cycle must be a non-negative integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+@router.api_route("/", methods=METHODS, response_class=HTMLResponse)
+@_guarded
+def jobs_page(
+    request: Request,
+    dash: DashDep,
+    state: str = "",
+    job: str = "",
+    failure_class: str = "",
+    window: str = "",
+    since: str = "",
+    until: str = "",
+) -> Response:
+    state, job, failure_class = state.strip(), job.strip(), failure_class.strip()
+    window = window.strip()
+    if state and state not in JOB_STATES:
+        raise _BadRequest(400, f"state must be one of {', '.join(JOB_STATES)}")
+    if window and window not in WINDOWS and window != "all":
+        raise _BadRequest(400, f"window must be one of {', '.join(WINDOWS)} or all")
+    if len(job) > 255 or len(failure_class) > 128:
+        raise _BadRequest(400, "filter term too long")
+    t0, t1 = _parse_time(since, "since"), _parse_time(until, "until")
+    if t0 is None and window in WINDOWS:
+        t0 = datetime.now(timezone.utc) - timedelta(seconds=WINDOWS[window])
+    if t0 and t1 and t0 > t1:
+        raise _BadRequest(400, "since must not be later than until")
+    repo = dash.repo()
+    overviews = repo.job_overviews(
+        state=state or None,
+        job_query=job or None,
+        failure_class=failure_class or None,
+        since=t0,
+        until=t1,
+        limit=JOBS_LIMIT + 1,
+    )
+    jobs = [views.overview_row(o) for o in overviews]
+    filtered = bool(state or job or failure_class or t0 or t1)
+    return _render(
+        request,
+        "jobs.html",
+        live=True,
+        jobs=jobs[:JOBS_LIMIT],
+        more_jobs=len(jobs) > JOBS_LIMIT,
+        jobs_limit=JOBS_LIMIT,
+        counts=repo.job_state_counts(since=t0, until=t1),
+        classes=[]
+        if request.query_params.get("fragment") == "1"  # the datalist is outside <main>
+        else [f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
+        states=JOB_STATES,
+        windows=list(WINDOWS),
+        f={
+            "state": state,
+            "job": job,
+            "failure_class": failure_class,
+            "window": window,
+            "since": since.strip(),
+            "until": until.strip(),
+        },
+        filtered=filtered,
+        window_text=_window_text(window, t0, t1),
+    )
+
+
+# Job ids may contain '/': the `path` converter takes them whole, so the more specific
+# routes are registered first.
+_CYCLE = "/jobs/{job_id:path}/cycles/{cycle}"
+
+
+@router.api_route(_CYCLE + "/audit.json", methods=METHODS)
+@_guarded
+def audit_json(request: Request, dash: DashDep, job_id: str, cycle: str) -> Response:
+    n = _parse_cycle(cycle)
+    record = dash.repo().get_cycle(job_id, n)
+    if record is None:
+        return JSONResponse(
+            {"error": f"no cycle {n} of job {job_id!r} in the history"}, status_code=404
+        )
+    data = views.as_dict(record)
+    path = data.get("audit_path")
+    if (
+        path
+        and path.endswith(".json")
+        and os.path.isfile(path)
+        and os.path.getsize(path) <= MAX_AUDIT_BYTES
+    ):
+        return FileResponse(path, media_type="application/json")
+    body = {
+        "job_id": job_id,
+        "cycle": n,
+        "audit_path": path,
+        "note": "no audit artifact on disk; this is the stored verdict record",
+        "record": data,
+    }
+    return Response(
+        json.dumps(body, indent=2, sort_keys=True, default=str),
+        media_type="application/json",
+    )
+
+
+@router.api_route(_CYCLE + "/log/tail", methods=METHODS)
+def log_tail(dash: DashDep, job_id: str, cycle: str, offset: str = "0") -> Response:
+    try:
+        off = _parse_int(offset, "offset", 0)
+        n, record, fh = dash.cycle_and_log(job_id, cycle)
+        with fh:
+            data = logview.tail(fh, off)
+    except _BadRequest as exc:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+    except ValueError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    except OSError as exc:
+        return JSONResponse({"error": f"cannot read the log: {exc.strerror}"}, 404)
+    except Exception as exc:
+        if type(exc).__name__ == "StorageError":
+            return JSONResponse({"error": f"history database unavailable: {exc}"}, 503)
+        raise
+    job = dash.repo().get_job(job_id)
+    live = bool(job and views.job_row(job)["live"]) and (
+        views.as_dict(record).get("status") == "registered"
+    )
+    data["live"] = live or bool(data.get("more"))
+    return JSONResponse(data, headers={"Cache-Control": "no-store"})
+
+
+@router.api_route(_CYCLE + "/log.txt", methods=METHODS)
+@_guarded
+def log_text(request: Request, dash: DashDep, job_id: str, cycle: str) -> Response:
+    _, _, fh = dash.cycle_and_log(job_id, cycle)
+    size = os.fstat(fh.fileno()).st_size  # what is there now; a growing log: tail it
+
+    def chunks() -> Iterator[bytes]:
+        with fh:
+            left = size
+            while left > 0:
+                data = fh.read(min(left, 1 << 16))
+                if not data:
+                    return
+                left -= len(data)
+                yield data
+
+    return StreamingResponse(
+        chunks(),
+        media_type="text/plain; charset=utf-8",
+        headers={
+            **SECURITY_HEADERS,
+            "Cache-Control": "no-cache",
+            "Content-Length": str(size),
+        },
+    )
+
+
+@router.api_route(_CYCLE + "/log", methods=METHODS, response_class=HTMLResponse)
+@_guarded
+def log_page(request: Request, dash: DashDep, job_id: str, cycle: str) -> Response:
+    n, record, fh = dash.cycle_and_log(job_id, cycle)
+    fh.close()  # opened now: refused logs get their error before parameters are read
+    q = request.query_params
+    count = min(_parse_int(q.get("lines", ""), "lines", LOG_PAGE_LINES), 2000) or 1
+    around = _parse_int(q.get("around", ""), "around", 0)
+    start = _parse_int(q.get("start", ""), "start", max(1, around - count // 4) or 1)
+    follow = q.get("follow") == "1"
+    job = dash.repo().get_job(job_id)
+    running = views.as_dict(record).get("status") == "registered"
+    try:
+        with dash.open_log(record) as fh:
+            if follow:
+                view = logview.last_lines(fh, count)
+                view["more"] = False
+                view["start"] = view["lines"][0][0] if view["lines"] else 1
+            else:
+                view = logview.page(fh, start, count)
+    except logview.LogUnavailable as exc:
+        raise _BadRequest(exc.status, str(exc)) from None
+    except OSError as exc:
+        raise _BadRequest(404, f"cannot read the log: {exc.strerror or exc}") from None
+    return _render(
+        request,
+        "log.html",
+        job={"job_id": job_id, **(views.job_row(job) if job else {})},
+        cycle=n,
+        log_path=views.as_dict(record).get("log_path"),
+        view=view,
+        count=count,
+        around=around,
+        follow=follow,
+        running=running,
+    )
+
+
+@router.api_route(_CYCLE, methods=METHODS, response_class=HTMLResponse)
+@_guarded
+def cycle_page(request: Request, dash: DashDep, job_id: str, cycle: str) -> Response:
+    n = _parse_cycle(cycle)
+    repo = dash.repo()
+    record = repo.get_cycle(job_id, n)
+    if record is None:
+        raise _BadRequest(404, f"no cycle {n} of job {job_id!r} in the history")
+    job = repo.get_job(job_id)
+    jrow = views.job_row(job) if job is not None else {"job_id": job_id, "live": False}
+    detail = views.cycle_detail(record)
+    detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
+    excerpt, log_error = None, None
+    try:
+        with dash.open_log(record) as fh:
+            if detail["primary"] and isinstance(detail["primary"].get("line"), int):
+                excerpt = logview.excerpt(
+                    fh, detail["primary"]["line"], detail["primary"].get("rank")
+                )
+    except logview.LogUnavailable as exc:
+        log_error = str(exc)
+    except OSError as exc:
+        log_error = f"cannot read the log: {exc.strerror or exc}"
+    live = bool(jrow["live"]) and (not detail["has_verdict"] or detail["llm"] is None)
+    return _render(
+        request,
+        "cycle.html",
+        live=live,
+        job=jrow,
+        c=detail,
+        excerpt=excerpt,
+        log_error=log_error,
+    )
+
+
+@router.api_route("/jobs/{job_id:path}", methods=METHODS, response_class=HTMLResponse)
+@_guarded
+def job_page(request: Request, dash: DashDep, job_id: str) -> Response:
+    repo = dash.repo()
+    job = repo.get_job(job_id)
+    if job is None:
+        raise _BadRequest(404, f"no job {job_id!r} in the history")
+    jrow = views.job_row(job)
+    etag = _page_etag(request, job, jrow["live"])
+    unchanged = _not_modified(request, etag, jrow["live"])
+    if unchanged is not None:  # live refresh of an unchanged job: skip the timeline query
+        return unchanged
+    rows = [views.cycle_row(c) for c in dashboard_queries.timeline(repo, job_id, TIMELINE_LIMIT)]
+    if not jrow["live"]:  # a finished job runs nothing: a cycle it registered never ran
+        for r in rows:
+            if r["running"]:
+                r["running"], r["cause"] = False, "never analysed (the job had ended)"
+    now = datetime.now(timezone.utc)
+    deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
+    return _render(
+        request,
+        "job.html",
+        live=jrow["live"],
+        etag=etag,
+        job=jrow,
+        cycles=rows,
+        deciding=deciding,
+        timeline=charts.cycle_timeline(rows, now),
+        goodput=charts.goodput(rows, now),
+        iterations=charts.iterations_chart(rows, now),
+        strip=charts.failure_strip(rows),
+        notes=dashboard_queries.node_health_notes(repo, job_id, NODE_NOTES),
+        shown_limit=TIMELINE_LIMIT if jrow["cycles"] > len(rows) else None,
+    )
+
+
+@router.api_route("/search", methods=METHODS, response_class=HTMLResponse)
+@_guarded
+def search_page(
+    request: Request,
+    dash: DashDep,
+    fingerprint: str = "",
+    failure_class: str = "",
+    decision: str = "",
+) -> Response:
+    fingerprint, failure_class = fingerprint.strip(), failure_class.strip()
+    decision = decision.strip().upper()
+    if decision and decision not in ("STOP", "RESTART"):
+        raise _BadRequest(400, "decision must be STOP or RESTART")
+    if len(fingerprint) > 4096 or len(failure_class) > 128:
+        raise _BadRequest(400, "search term too long")
+    searched = bool(fingerprint or failure_class or decision)
+    results: list[dict[str, Any]] = []
+    facets: list[dict[str, Any]] = []
+    recurring: list[dict[str, Any]] = []
+    repo = dash.repo()
+    if not searched:
+        facets = dashboard_queries.failure_classes(repo, FACETS)
+        recurring = dashboard_queries.recurring_fingerprints(repo, FACETS)
+    else:
+        records = repo.search(
+            fingerprint=fingerprint or None,
+            failure_class=failure_class or None,
+            decision=decision or None,
             limit=SEARCH_LIMIT,
-            fingerprint=fingerprint,
-            failure_class=failure_class,
-            decision=decision,
         )
+        for r in records:
+            d = views.as_dict(r)
+            row = views.cycle_row(d)
+            row["job_id"] = d.get("job_id")
+            row["analysed"] = views.fmt_time(d.get("analysed_at"))
+            results.append(row)
+    return _render(
+        request,
+        "search.html",
+        searched=searched,
+        results=results,
+        facets=facets,
+        recurring=recurring,
+        limit=SEARCH_LIMIT,
+        fingerprint=fingerprint,
+        failure_class=failure_class,
+        decision=decision,
+    )
 
-    @router.api_route("/static/{name}", methods=METHODS)
-    def static_file(name: str) -> Response:
-        path = STATIC / name
-        if (
-            "/" in name
-            or name.startswith(".")
-            or path.suffix not in STATIC_TYPES
-            or not path.is_file()
-        ):
-            return JSONResponse({"error": "not found"}, status_code=404)
-        return FileResponse(
-            path,
-            media_type=STATIC_TYPES[path.suffix],
-            headers={"Cache-Control": "max-age=300", **SECURITY_HEADERS},
-        )
 
-    return router
+@router.api_route("/static/{name}", methods=METHODS)
+def static_file(name: str) -> Response:
+    path = STATIC / name
+    if "/" in name or name.startswith(".") or path.suffix not in STATIC_TYPES or not path.is_file():
+        return JSONResponse({"error": "not found"}, status_code=404)
+    return FileResponse(
+        path,
+        media_type=STATIC_TYPES[path.suffix],
+        headers={"Cache-Control": "max-age=300", **SECURITY_HEADERS},
+    )

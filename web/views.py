@@ -321,7 +321,8 @@ def fr_view(findings: Any) -> dict[str, Any] | None:
     for g in findings.get("groups") or []:
         if not isinstance(g, Mapping):
             continue
-        op = g.get("stalled_op") if isinstance(g.get("stalled_op"), Mapping) else {}
+        raw_op = g.get("stalled_op")
+        op = raw_op if isinstance(raw_op, Mapping) else {}
         groups.append(
             {
                 "id": g.get("id"),

@@ -60,9 +60,9 @@ def _group_members(
         if len(parsed) > 1:
             conflicts.append(name)
     inferred: set[str] = set()
-    for name, ranks in seen_in.items():
+    for name, seen in seen_in.items():
         if name not in members:
-            members[name] = tuple(sorted(ranks))
+            members[name] = tuple(sorted(seen))
             inferred.add(name)
     return members, descs, inferred, sorted(conflicts, key=_name_key)
 
@@ -218,7 +218,7 @@ def _analyze_group(
 ) -> dict[str, Any] | None:
     """Stall findings of one group, or None when the group shows nothing pending."""
     states = {r: dumps[r].groups.get(name) for r in members if r in dumps}
-    known = {r: gs for r, gs in states.items() if _known(gs)}
+    known = {r: gs for r, gs in states.items() if gs is not None and _known(gs)}
     missing = [r for r in members if r in nodata]
     waiters: dict[int, tuple[int, Op | None, list[int], str]] = {}
     stuck_alone: dict[int, tuple[int, Op | None]] = {}
@@ -327,7 +327,7 @@ def _analyze_group(
             lag_how.setdefault(q, "no dump" if q in nodata else how)
     for r in stuck_alone:
         lag_how.setdefault(r, "did not complete")
-    sigs = {r: waiters[r][1].signature() for r in at if r in waiters and waiters[r][1]}
+    sigs = {r: w_op.signature() for r in at if r in waiters and (w_op := waiters[r][1])}
     mismatch: list[dict[str, Any]] = []
     if len(set(sigs.values())) > 1:
         for r in sorted(sigs):

@@ -359,7 +359,8 @@ def normalise(raw: dict[str, Any], rank: int, path: str) -> RankDump:
     """Turn a decoded dump into a RankDump (pure; tolerant of missing optional fields)."""
     pg_config = _parse_pg_config(raw.get("pg_config"))
     entries = [e for e in raw.get("entries", []) if isinstance(e, dict)]
-    raw_status = raw.get("pg_status") if isinstance(raw.get("pg_status"), dict) else {}
+    pg_status = raw.get("pg_status")
+    raw_status = pg_status if isinstance(pg_status, dict) else {}
 
     # Link local pg ids to group names, and remember the last entry of each group.
     known: dict[str, str] = {}

@@ -19,7 +19,7 @@ def ranks_str(ranks: Iterable[int]) -> str:
         return "-"
     out: list[str] = []
     start = prev = rs[0]
-    for r in rs[1:] + [None]:  # type: ignore[list-item]
+    for r in [*rs[1:], None]:
         if r is not None and r == prev + 1:
             prev = r
             continue

@@ -417,7 +417,7 @@ class SlackNotifier:
                 log.info("slack: rate limited a %s alert for job %s", kind, job_id)
                 return None
             if cycle is not None:
-                state.sent_cycles.add(key)
+                state.sent_cycles.add((cycle, key[1]))
             suppressed, state.suppressed = state.suppressed, 0
         text, blocks = build_message(
             job_id,

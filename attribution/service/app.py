@@ -9,7 +9,7 @@ confined opener (`ServiceState.open_log`, attribution/service/confined.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -114,30 +114,37 @@ def _mount_docs(app: FastAPI) -> None:
     assets = _docs_assets_dir()
     title = app.title
 
-    @app.get("/docs", include_in_schema=False)
-    def swagger(request: Request) -> Response:
+    def page(request: Request, render: Callable[[str, str], Response]) -> Response:
+        """`render(openapi_url, assets_url)`, both under this server's root path."""
         if assets is None:
             return _no_docs_assets()
         root = request.scope.get("root_path", "").rstrip("/")
-        return get_swagger_ui_html(
-            openapi_url=root + (app.openapi_url or "/openapi.json"),
-            title=f"{title} · API docs",
-            swagger_js_url=f"{root}/docs-assets/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}/docs-assets/swagger-ui.css",
-            swagger_favicon_url=f"{root}/docs-assets/favicon.png",
+        return render(root + (app.openapi_url or "/openapi.json"), f"{root}/docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger(request: Request) -> Response:
+        return page(
+            request,
+            lambda spec, at: get_swagger_ui_html(
+                openapi_url=spec,
+                title=f"{title} · API docs",
+                swagger_js_url=f"{at}/swagger-ui-bundle.js",
+                swagger_css_url=f"{at}/swagger-ui.css",
+                swagger_favicon_url=f"{at}/favicon.png",
+            ),
         )
 
     @app.get("/redoc", include_in_schema=False)
     def redoc(request: Request) -> Response:
-        if assets is None:
-            return _no_docs_assets()
-        root = request.scope.get("root_path", "").rstrip("/")
-        return get_redoc_html(
-            openapi_url=root + (app.openapi_url or "/openapi.json"),
-            title=f"{title} · API reference",
-            redoc_js_url=f"{root}/docs-assets/redoc.standalone.js",
-            redoc_favicon_url=f"{root}/docs-assets/favicon.png",
-            with_google_fonts=False,
+        return page(
+            request,
+            lambda spec, at: get_redoc_html(
+                openapi_url=spec,
+                title=f"{title} · API reference",
+                redoc_js_url=f"{at}/redoc.standalone.js",
+                redoc_favicon_url=f"{at}/favicon.png",
+                with_google_fonts=False,
+            ),
         )
 
     @app.get("/docs-assets/{name}", include_in_schema=False)

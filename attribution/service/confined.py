@@ -99,7 +99,7 @@ def confined_file(path: str | os.PathLike[str], roots: Sequence[Path]) -> Iterat
     `open_confined`."""
     fd = open_confined(path, roots)
     with os.fdopen(fd, "rb", buffering=0) as fh:
-        yield fh  # type: ignore[misc]
+        yield fh
 
 
 def is_confined_file(path: str | os.PathLike[str], roots: Sequence[Path]) -> bool:

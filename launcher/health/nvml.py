@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.health.growth import growth_by_key, persistent_keys
-from launcher.health.report import CheckResult
+from launcher.health.report import CheckResult, Status
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def nvml_probe() -> CheckResult:
         nv = _import_pynvml()
         nv.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - any NVML/import problem fails open
-        status = "not_available" if _is_not_available(exc) else "error"
+        status: Status = "not_available" if _is_not_available(exc) else "error"
         return CheckResult("nvml", status, f"NVML not available: {exc}", {"error": str(exc)})
     try:
         count = int(nv.nvmlDeviceGetCount())
@@ -240,7 +240,7 @@ def collect_snapshots(options: NvmlOptions = NvmlOptions()) -> list[GpuSnapshot]
         nv = _import_pynvml()
         nv.nvmlInit()
     except Exception as exc:  # noqa: BLE001
-        status = "not_available" if _is_not_available(exc) else "error"
+        status: Status = "not_available" if _is_not_available(exc) else "error"
         return CheckResult("nvml", status, f"NVML not available: {exc}", {"error": str(exc)})
     try:
         count = int(nv.nvmlDeviceGetCount())

@@ -121,10 +121,12 @@ def call(
                 raise CallFailed("timeout", "deadline reached before an answer", attempts)
             attempts += 1
             try:
-                resp = client.chat.completions.create(
+                # messages and response_format are plain dicts of the shapes openai's
+                # TypedDict overloads describe; the SDK sends them as they are.
+                resp = client.chat.completions.create(  # type: ignore[call-overload]
                     model=model,
-                    messages=messages,  # type: ignore[arg-type]
-                    response_format=fmt,  # type: ignore[arg-type]
+                    messages=messages,
+                    response_format=fmt,
                     max_tokens=max_tokens,
                     temperature=temperature,
                     timeout=left,
