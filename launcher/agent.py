@@ -970,7 +970,7 @@ def launch(
                 line = apply_numa_binding(spec, settings.numa_binding, settings.nproc_per_node)
             except NumaError as exc:
                 print(f"relaunch: error: --numa-binding: {exc}", file=out, flush=True)
-                return 2
+                return LaunchResult(2)
             print(f"relaunch: {line}", file=out, flush=True)
         agent = RelaunchAgent(
             spec,
