@@ -114,10 +114,10 @@ def _verdict_latency(
     server: LLMServer, key: Path, log: Path, line: int, repeat: int
 ) -> dict[str, Any]:
     try:
-        from attribution.engine import AttributionEngine
+        from attribution.core.engine import AttributionEngine
     except ImportError as exc:
-        return {"skipped": f"attribution.engine not importable: {exc}"}
-    from attribution.enrichment import EnrichmentListener
+        return {"skipped": f"attribution.core.engine not importable: {exc}"}
+    from attribution.core.enrichment import EnrichmentListener
     from storage import open_repository
 
     with tempfile.TemporaryDirectory() as tmp:

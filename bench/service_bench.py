@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 
 import storage  # noqa: E402
-from attribution.engine import AttributionEngine  # noqa: E402
+from attribution.core.engine import AttributionEngine  # noqa: E402
 from storage.service_queries import bulk_insert_cycles, find_cycle_by_log_path  # noqa: E402
 from tests._service_helpers import start_service  # noqa: E402
 

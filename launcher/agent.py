@@ -47,7 +47,7 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
-from attribution.terminal import safe_text
+from attribution.core.terminal import safe_text
 from launcher import facts, jobwide, progress_guard
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings

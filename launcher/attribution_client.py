@@ -2,7 +2,7 @@
 
 Four implementations behind one interface, chosen by `--ft-attribution-endpoint`:
 
-- `embedded` (default): `attribution.engine.AttributionEngine` over
+- `embedded` (default): `attribution.core.engine.AttributionEngine` over
   `storage.open_repository(URL)` (SQLite) in a background thread of the launcher process.
 - `http://host:port` and `unix:///path`: the NVRx-compatible API of `relaunch serve`
   (`POST /logs {log_path, job_id, cycle_id, analysis_intent}`, then
@@ -361,14 +361,14 @@ class EmbeddedClient(AttributionClient):
         self._submit(self._open, gated=False, budget=OPEN_BUDGET_S)
 
     def _open(self) -> None:
-        from attribution.engine import AttributionEngine
+        from attribution.core.engine import AttributionEngine
         from storage import open_repository
 
         self._repo = open_repository(self.db_url)
         self._engine = AttributionEngine(self._repo, policy=self._policy, audit_dir=self.audit_dir)
         if self.audit_dir is not None:
             try:
-                from attribution.audit import AuditWriter
+                from attribution.core.audit import AuditWriter
             except ImportError as exc:
                 self.on_warning(f"audit artifacts unavailable: {exc}")
             else:
@@ -376,7 +376,7 @@ class EmbeddedClient(AttributionClient):
                     AuditWriter(self.audit_dir, repo=self._repo, policy=self._policy)
                 )
         if self._llm_config is not None:
-            from attribution.enrichment import EnrichmentListener
+            from attribution.core.enrichment import EnrichmentListener
 
             self._engine.add_listener(
                 EnrichmentListener(

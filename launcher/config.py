@@ -7,7 +7,7 @@ torchrun's and NVRx's spellings map onto the same settings here (`--standalone`,
 `--master-addr/--master-port`, `--ft-max-no-progress-cycles`, ...), and the settings give
 the worker command (torchrun's `-m`, `--no-python`, `--run-path`), the console spec
 (`--tee`, `--redirects`, `--local-ranks-filter`) and the verdict policy
-(`attribution.policy_config`).
+(`attribution.core.policy_config`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from attribution.policy_config import POLICY_OPTIONS, build_policy
+from attribution.core.policy_config import POLICY_OPTIONS, build_policy
 from launcher.config_values import (
     ConfigError,
     boolean,
@@ -45,6 +45,7 @@ from launcher.config_values import (
 from launcher.config_yaml import load_yaml as _load_yaml
 from launcher.straggler_scores import report_interval_value, threshold_value
 from launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
+from storage import job_id as job_id_rule
 
 STOP_ACTIONS = ("log", "no-restart")
 GPU_HEALTH = ("on", "off", "auto")
@@ -608,8 +609,8 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
         settings.job_id = settings.rdzv_id or f"job-{uuid.uuid4().hex[:12]}"
     if not settings.rdzv_id:
         settings.rdzv_id = settings.job_id
-    if "/" in settings.job_id or settings.job_id in (".", ".."):
-        raise ConfigError(f"--job-id {settings.job_id!r}: must not contain '/'")
+    if (problem := job_id_rule.problem(settings.job_id)) is not None:
+        raise ConfigError(f"--job-id {problem}")
     _torchrun_compat(settings)
     if settings.max_nodes > 1 and not settings.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint HOST:PORT is required when --nnodes allows > 1 node")

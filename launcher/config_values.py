@@ -5,7 +5,7 @@ loader put the option's name in front). Also `ConfigError`, the error of a bad s
 
 from __future__ import annotations
 
-from attribution.policy_config import MAX_VALUE, bounded_int
+from attribution.core.policy_config import MAX_VALUE, bounded_int
 
 
 class ConfigError(ValueError):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from attribution.policy_config import MAX_VALUE
+from attribution.core.policy_config import MAX_VALUE
 from launcher import facts
 
 EXCHANGE_TIMEOUT_S = 300.0  # the other nodes left the same rendezvous round just now

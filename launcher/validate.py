@@ -33,7 +33,7 @@ def check_db_url(url: str) -> None:
 def check_audit_key() -> None:
     """The audit artifacts' HMAC key ($RELAUNCH_AUDIT_HMAC_KEY_FILE), when set, is usable:
     otherwise every artifact of the job would be written unsigned."""
-    from attribution.audit import HMAC_KEY_ENV, KeyFileError, key_from_env
+    from attribution.core.audit import HMAC_KEY_ENV, KeyFileError, key_from_env
 
     try:
         key_from_env()

@@ -24,11 +24,12 @@ import json
 import sys
 from typing import Any
 
-from attribution.terminal import safe_line, safe_text
+from attribution.core.terminal import safe_line, safe_text
 from relaunch_cli import llm_options
 from relaunch_cli.cli_args import MAX_INT32, ArgumentParser, bounded_int
 from relaunch_cli.errors import UserError
 from relaunch_cli.log_source import ReadLog, read_log
+from storage import job_id as job_id_rule
 
 EXIT_BAD_INPUT = 2
 EXIT_DB = 3
@@ -70,8 +71,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.job_id is not None and (not args.job_id.strip() or len(args.job_id) > 255):
-        raise UserError("--job-id must be 1 to 255 characters", EXIT_BAD_INPUT)
+    if args.job_id is not None and (problem := job_id_rule.problem(args.job_id)) is not None:
+        raise UserError(f"--job-id {problem}", EXIT_BAD_INPUT)
     if args.db is not None and args.job_id is None:
         raise UserError("--db needs --job-id (the job whose history to use)", EXIT_BAD_INPUT)
     llm_config = llm_options.config_from_args(args)
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
-    from attribution.engine import AttributionEngine
+    from attribution.core.engine import AttributionEngine
 
     repo = None
     cycle = args.cycle

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from attribution.terminal import safe_text
+from attribution.core.terminal import safe_text
 from relaunch_cli.cli_args import ArgumentParser
 from relaunch_cli.errors import UserError
 
@@ -48,7 +48,7 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attribution.audit import AuditFormatError, KeyFileError, read_key_file, recheck
+    from attribution.core.audit import AuditFormatError, KeyFileError, read_key_file, recheck
 
     key = None
     if args.hmac_key_file:

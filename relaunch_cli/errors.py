@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attribution.terminal import safe_line
+from attribution.core.terminal import safe_line
 
 
 class UserError(Exception):

@@ -1,4 +1,4 @@
-"""`relaunch mcp`: serve the MCP tools (attribution/mcp_server.py) over stdio or streamable HTTP.
+"""`relaunch mcp`: serve the MCP tools (attribution/mcp/server.py) over stdio or streamable HTTP.
 
 Over HTTP, `--token-file FILE` requires `Authorization: Bearer <token>` on every request
 (as `relaunch serve --token-file`: 401 otherwise); binding an address that is not loopback
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     roots = _check(args)
     token = read_token(args.token_file) if args.token_file else None
     import storage
-    from attribution.mcp_server import build_server
+    from attribution.mcp.server import build_server
 
     try:
         repo = storage.open_repository(args.db)
@@ -112,7 +112,7 @@ def _serve_http(server: object, args: argparse.Namespace, token: str | None) -> 
 
     import uvicorn
 
-    from attribution.mcp_server import http_app
+    from attribution.mcp.server import http_app
 
     try:
         sock = socket.create_server(

@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-from relaunch_cli import llm_options
+from relaunch_cli import llm_options, slack_options
 from relaunch_cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch_cli.errors import UserError
 from relaunch_cli.token_file import read_token
@@ -118,18 +118,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_policy_arguments(p)
     llm_options.add_arguments(p)
-    try:
-        from attribution.notify import slack
-
-        slack.add_arguments(p)
-    except ImportError:  # pragma: no cover - Slack module is part of the install
-        pass
+    slack_options.add_arguments(p)
     return p
 
 
 def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
     """The verdict thresholds, named as `relaunch run`'s `--ft-*` flags without `ft-`."""
-    from attribution.policy_config import POLICY_OPTIONS
+    from attribution.core.policy_config import POLICY_OPTIONS
 
     for opt in POLICY_OPTIONS:
         flags = [f"--{opt.name}", f"--{opt.name.replace('-', '_')}"]
@@ -143,7 +138,7 @@ def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def policy_from_args(args: argparse.Namespace):  # -> restart_agent.model.PolicyConfig
-    from attribution.policy_config import POLICY_OPTIONS, build_policy
+    from attribution.core.policy_config import POLICY_OPTIONS, build_policy
 
     values = {o.dest: getattr(args, o.dest, None) for o in POLICY_OPTIONS}
     try:
@@ -185,13 +180,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         raise UserError(f"--port must be 0-65535, got {args.port}")
     if getattr(args, "dashboard_url", None) is None:
         args.dashboard_url = default_dashboard_url(args)
-    slack = None
-    try:
-        from attribution.notify import slack as slack_mod
-
-        slack = slack_mod.from_args(args)
-    except ImportError:  # pragma: no cover
-        slack = None
+    slack = slack_options.from_args(args)
     policy = policy_from_args(args)
     return ServiceSettings(
         policy=policy,
@@ -267,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
 def _use_audit_key(path: str | None) -> None:
     """Check the audit HMAC key file now (exit 2 if unusable) and hand it to the audit
     writer through $RELAUNCH_AUDIT_HMAC_KEY_FILE."""
-    from attribution.audit import HMAC_KEY_ENV, KeyFileError, read_key_file
+    from attribution.core.audit import HMAC_KEY_ENV, KeyFileError, read_key_file
 
     path = path or os.environ.get(HMAC_KEY_ENV)
     if not path:

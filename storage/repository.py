@@ -23,6 +23,7 @@ from sqlalchemy import Engine, case, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from storage import job_id as job_id_rule
 from storage.db import StorageError, writer
 from storage.models import AlertClaim, Cycle, EvidenceRow, Job
 from storage.records import CycleRecord, JobRecord, as_utc
@@ -45,19 +46,10 @@ FINAL_JOB_STATES = ("succeeded", "failed", "interrupted")
 END_STATES = ("succeeded", "failed", "stopped", "interrupted")
 CYCLE_OUTCOMES = END_STATES
 _MAX_REASON = 2000
-_MAX_JOB_ID = 255
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _check_job_id(job_id: Any) -> str:
-    if not isinstance(job_id, str) or not job_id.strip():
-        raise ValueError(f"job_id must be a non-empty string, got {job_id!r}")
-    if len(job_id) > _MAX_JOB_ID:
-        raise ValueError(f"job_id is longer than {_MAX_JOB_ID} characters")
-    return job_id
 
 
 def _check_cycle(cycle: Any) -> int:
@@ -205,7 +197,7 @@ class HistoryRepository:
         started_at: datetime | None = None,
     ) -> CycleRecord:
         """Record that cycle `cycle` of `job_id` started and writes `log_path`."""
-        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+        job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
 
         def op(session: Session) -> CycleRecord:
             job = self._job(session, job_id)
@@ -242,7 +234,7 @@ class HistoryRepository:
         A verdict on the job's latest cycle also sets the job's state in the same
         transaction: STOP -> "stopped", RESTART -> "running" (see `verdict_job_state`).
         """
-        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+        job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
         verdict = _check_json("verdict", verdict)
         if verdict.get("decision") not in ("STOP", "RESTART"):
             raise ValueError(
@@ -279,7 +271,7 @@ class HistoryRepository:
         return self._write_retrying(op)
 
     def _update_cycle(self, job_id: str, cycle: int, apply: Callable[[Cycle], None]) -> None:
-        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+        job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
 
         def op(session: Session) -> None:
             job = self._job(session, job_id)
@@ -323,7 +315,7 @@ class HistoryRepository:
     def stragglers(self, job_id: str, cycle: int | None = None) -> list[tuple[int, dict[str, Any]]]:
         """(cycle, straggler scores) of the job's cycles that have them, oldest first;
         `cycle` keeps that one only. An unknown job gives []."""
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
         if cycle is not None:
             cycle = _check_cycle(cycle)
 
@@ -384,7 +376,7 @@ class HistoryRepository:
 
         Atomic across processes (the job row is locked and the key is unique), so after a
         service restart, or with two services on one database, `alert_recorded` says so."""
-        job_id, key = _check_job_id(job_id), _check_alert_key(key)
+        job_id, key = job_id_rule.check(job_id), _check_alert_key(key)
 
         def op(session: Session) -> bool:
             job = self._job(session, job_id)
@@ -402,7 +394,7 @@ class HistoryRepository:
 
     def alert_recorded(self, job_id: str, key: str) -> bool:
         """Whether the alert `key` of a job was sent (`record_alert`)."""
-        job_id, key = _check_job_id(job_id), _check_alert_key(key)
+        job_id, key = job_id_rule.check(job_id), _check_alert_key(key)
         with self.read_session() as session:
             job_pk = session.scalar(select(Job.id).where(Job.job_id == job_id))
             return job_pk is not None and self._alert_id(session, job_pk, key) is not None
@@ -469,7 +461,7 @@ class HistoryRepository:
         a new cycle registered for the same job id (`register_cycle`) makes it `running`
         again and clears the end.
         """
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
         if state not in END_STATES:
             raise ValueError(
                 f"final job state must be one of {', '.join(END_STATES)}; got {state!r}"
@@ -489,7 +481,7 @@ class HistoryRepository:
 
     def set_job_state(self, job_id: str, state: str) -> None:
         """Set a job's state: one of `JOB_STATES`."""
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
         if state not in JOB_STATES:
             raise ValueError(f"job state must be one of {', '.join(JOB_STATES)}; got {state!r}")
 
@@ -507,7 +499,7 @@ class HistoryRepository:
         Writers that insert cycles in bulk, bypassing `save_verdict`/`register_cycle`
         (imports, benchmarks), must call this afterwards. None when there is no such job.
         """
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
 
         def op(session: Session) -> bool:
             job = self._job(session, job_id, create=False)
@@ -525,7 +517,7 @@ class HistoryRepository:
 
     def delete_job(self, job_id: str) -> bool:
         """Delete a job and all its history; False when there was no such job."""
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
 
         def op(session: Session) -> bool:
             job = self._job(session, job_id, create=False)
@@ -555,7 +547,7 @@ class HistoryRepository:
 
         `limit` keeps only the most recent `limit` of them.
         """
-        job_id, before_cycle = _check_job_id(job_id), _check_cycle(before_cycle)
+        job_id, before_cycle = job_id_rule.check(job_id), _check_cycle(before_cycle)
 
         def op(session: Session) -> list[tuple[int, dict[str, Any]]]:
             q = (
@@ -574,7 +566,7 @@ class HistoryRepository:
 
     def next_cycle(self, job_id: str, first: int = 0) -> int:
         """One more than the job's highest stored cycle, or `first` for a new job."""
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
 
         def op(session: Session) -> int:
             top = session.scalar(
@@ -595,7 +587,7 @@ class HistoryRepository:
         different numbers; a lost insert race on the (job, cycle) unique constraint is
         retried. The claimed cycle is `registered` until its verdict is saved.
         """
-        job_id, first = _check_job_id(job_id), _check_cycle(first)
+        job_id, first = job_id_rule.check(job_id), _check_cycle(first)
 
         def op(session: Session) -> int:
             job = self._job(session, job_id)
@@ -613,7 +605,7 @@ class HistoryRepository:
 
     def get_cycle(self, job_id: str, cycle: int) -> CycleRecord | None:
         """One cycle with its verdict, evidence rows, FR findings and LLM enrichment."""
-        job_id, cycle = _check_job_id(job_id), _check_cycle(cycle)
+        job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
 
         def op(session: Session) -> CycleRecord | None:
             row = session.scalars(
@@ -626,7 +618,7 @@ class HistoryRepository:
         return self._reading(op)
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
         jobs = self._list_jobs(job_id=job_id)
         return jobs[0] if jobs else None
 
@@ -676,7 +668,7 @@ class HistoryRepository:
         `with_verdict=False` leaves the JSON columns (verdict, FR findings, LLM) unread —
         much faster for long histories; `limit` keeps only the most recent `limit` cycles.
         """
-        job_id = _check_job_id(job_id)
+        job_id = job_id_rule.check(job_id)
 
         def op(session: Session) -> list[CycleRecord]:
             cols = _LIST_COLUMNS_FULL if with_verdict else _LIST_COLUMNS
@@ -774,7 +766,7 @@ class HistoryRepository:
 
     def deciding_verdicts(self, job_ids: list[str]) -> dict[str, dict[str, Any]]:
         """{job_id: overview} (as `job_overviews` gives) of the given jobs that exist."""
-        ids = [_check_job_id(j) for j in job_ids]
+        ids = [job_id_rule.check(j) for j in job_ids]
         if not ids:
             return {}
 

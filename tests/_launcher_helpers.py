@@ -64,7 +64,7 @@ def engine_available() -> str | None:
     """None when the embedded analyzer can run, else why not (for pytest.skip)."""
     try:
         import restart_agent
-        from attribution.engine import AttributionEngine  # noqa: F401
+        from attribution.core.engine import AttributionEngine  # noqa: F401
         from storage import open_repository  # noqa: F401
     except ImportError as exc:
         return f"embedded attribution not importable yet: {exc}"

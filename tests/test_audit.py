@@ -21,8 +21,8 @@ from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent
 require_restart_agent()
 
 import storage  # noqa: E402
-from attribution.audit import SCHEMA, AuditWriter, artifact_path, recheck  # noqa: E402
-from attribution.engine import AttributionEngine  # noqa: E402
+from attribution.core.audit import SCHEMA, AuditWriter, artifact_path, recheck  # noqa: E402
+from attribution.core.engine import AttributionEngine  # noqa: E402
 from restart_agent.model import PolicyConfig  # noqa: E402
 
 FAIL = [
@@ -238,7 +238,7 @@ def test_every_tampered_field_is_reported(engine, tmp_path: Path, what):
 
 def _resign_without_key(doc: dict) -> None:
     """What an attacker without the key can do: recompute the plain digest."""
-    from attribution.audit import digest_of
+    from attribution.core.audit import digest_of
 
     doc["integrity"]["digest"] = digest_of(doc)
 

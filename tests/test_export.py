@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attribution.export import EXPORT_SCHEMA, WebhookExporter, event_payload
+from attribution.core.export import EXPORT_SCHEMA, WebhookExporter, event_payload
 from tests._service_helpers import free_port
 
 

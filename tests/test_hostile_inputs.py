@@ -246,8 +246,8 @@ def fr_cases(tmp: Path, rnd: random.Random) -> list[dict[str, Any]]:
 
 def _artifact(tmp: Path) -> dict[str, Any]:
     import storage
-    from attribution.audit import AuditWriter, artifact_path
-    from attribution.engine import AttributionEngine
+    from attribution.core.audit import AuditWriter, artifact_path
+    from attribution.core.engine import AttributionEngine
 
     log = tmp / "audit_cycle_0.log"
     log.write_text(infra_log())

@@ -54,20 +54,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "relaunch_cli": frozenset(PACKAGES),
 }
 
-# Until issue 16's split of attribution/ is on this branch, these modules still sit
-# directly in attribution/ and count as the attribution.core they move to. Once they are
-# gone, test_pre_split_modules_still_exist fails: empty this set then.
-CORE_BEFORE_SPLIT = frozenset(
-    {"audit", "engine", "enrichment", "export", "files", "policy_config", "terminal"}
-)
-
 # Known breaks of the table, each with the work that removes it. An entry that no longer
 # matches an import fails the test too, so the list only ever shrinks.
-WAIVERS: dict[tuple[str, str], str] = {
-    # issue 16 item 1: the Slack CLI flags move from attribution/notify/slack.py to
-    # relaunch_cli/; then this import goes away.
-    ("attribution/notify/slack.py", "relaunch_cli.errors"): "issue 16: Slack flags move",
-}
+WAIVERS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -124,16 +113,8 @@ def _within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def _as_split(name: str) -> str:
-    parts = name.split(".")
-    if len(parts) > 1 and parts[0] == "attribution" and parts[1] in CORE_BEFORE_SPLIT:
-        return ".".join(["attribution", "core", *parts[1:]])
-    return name
-
-
 def allowed(rule: str, imported: str, table: dict[str, frozenset[str]]) -> bool:
     """A module under `rule` may import its own (sub-)package and what the rule lists."""
-    imported = _as_split(imported)
     if _within(imported, rule):
         return True
     return any(_within(imported, target) for target in table[rule])
@@ -152,7 +133,7 @@ def check(root: Path, table: dict[str, frozenset[str]]) -> list[Violation]:
         for path in sorted((root / package).rglob("*.py")):
             rel = path.relative_to(root)
             module = module_name(rel)
-            rule = rule_for(_as_split(module), table)
+            rule = rule_for(module, table)
             for line, imported in project_imports(path, module):
                 if not allowed(rule, imported, table):
                     text = rule_text(rule, table)
@@ -178,11 +159,6 @@ def test_every_waiver_still_matches_an_import():
         if not any(v.file == f and (v.imported + ".").startswith(m + ".") for v in violations)
     ]
     assert not stale, "waiver no longer needed, remove it from WAIVERS:\n" + "\n".join(stale)
-
-
-def test_pre_split_modules_still_exist():
-    gone = sorted(m for m in CORE_BEFORE_SPLIT if not (ROOT / "attribution" / f"{m}.py").exists())
-    assert not gone, f"attribution/{gone} moved: remove them from CORE_BEFORE_SPLIT"
 
 
 def test_every_package_of_the_project_has_a_rule():

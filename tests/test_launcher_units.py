@@ -378,7 +378,11 @@ def test_multi_node_needs_endpoint() -> None:
             ["--ft-cfg-path", "nope.yaml", "x.py"],
             "relaunch run: error: config file not found: nope.yaml",
         ),
-        (["--job-id", "a/b", "x.py"], "relaunch run: error: --job-id 'a/b': must not contain '/'"),
+        (
+            ["--job-id", "a/b", "x.py"],
+            "relaunch run: error: --job-id 'a/b': must be letters, digits and ._:@+=-, "
+            "starting with a letter or digit",
+        ),
         (
             ["--log-dir", "x.py", "--job-id", "j", "x.py"],
             "relaunch run: error: cannot create the log folder x.py/j: Not a directory",

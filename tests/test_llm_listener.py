@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 try:
-    from attribution.engine import AttributionEngine, VerdictEvent
+    from attribution.core.engine import AttributionEngine, VerdictEvent
 except ImportError as exc:  # the engine needs the restart agent's scanner (issue 2)
-    pytest.skip(f"attribution.engine is not importable yet: {exc}", allow_module_level=True)
+    pytest.skip(f"attribution.core.engine is not importable yet: {exc}", allow_module_level=True)
 
-from attribution.audit import AuditWriter
-from attribution.enrichment import EnrichmentListener, audit_sidecar_path
+from attribution.core.audit import AuditWriter
+from attribution.core.enrichment import EnrichmentListener, audit_sidecar_path
 from restart_agent.llm.policy import RULE
 from storage import HistoryRepository
 from tests._llm_helpers import KEY, answer, config, make_verdict, write_log

@@ -75,7 +75,7 @@ def test_nothing_is_counted_before_the_first_report() -> None:
 
 
 def test_limit_off_counts_but_never_ends() -> None:
-    from attribution.policy_config import MAX_VALUE
+    from attribution.core.policy_config import MAX_VALUE
 
     assert not enabled(MAX_VALUE) and not enabled(0) and enabled(1)
     g = ProgressGuard(limit=MAX_VALUE)

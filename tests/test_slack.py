@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from attribution.notify import slack
 from attribution.notify.slack import SlackConfig, SlackNotifier
+from relaunch_cli import slack_options
 from tests._slack_server import SlackServer
 
 TOKEN = "xoxb-test-token"
@@ -296,15 +296,15 @@ def test_untrusted_log_text_cannot_ping_or_forge_links() -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    slack.add_arguments(parser)
+    slack_options.add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def test_flags_token_file_env_and_errors(tmp_path: Any) -> None:
-    assert slack.config_from_args(_parse([]), environ={}) is None  # not configured: off
+    assert slack_options.config_from_args(_parse([]), environ={}) is None  # not configured: off
     tok = tmp_path / "token"
     tok.write_text("xoxb-from-file\n")
-    cfg = slack.config_from_args(
+    cfg = slack_options.config_from_args(
         _parse(
             [
                 "--slack-token-file",
@@ -322,24 +322,24 @@ def test_flags_token_file_env_and_errors(tmp_path: Any) -> None:
     assert cfg is not None
     assert cfg.token == "xoxb-from-file" and cfg.channel == "#ops"
     assert cfg.on == {"stop", "failure"} and cfg.dashboard_url == "http://d:1"
-    env_cfg = slack.config_from_args(
+    env_cfg = slack_options.config_from_args(
         _parse(["--slack-channel", "#ops"]), environ={"SLACK_BOT_TOKEN": "xoxb-env"}
     )
     assert env_cfg is not None and env_cfg.token == "xoxb-env" and env_cfg.on == {"stop"}
 
     with pytest.raises(ValueError, match="needs a token"):
-        slack.config_from_args(_parse(["--slack-channel", "#ops"]), environ={})
+        slack_options.config_from_args(_parse(["--slack-channel", "#ops"]), environ={})
     with pytest.raises(ValueError, match="cannot read --slack-token-file"):
-        slack.config_from_args(
+        slack_options.config_from_args(
             _parse(["--slack-channel", "#c", "--slack-token-file", str(tmp_path / "nope")]), {}
         )
     (tmp_path / "empty").write_text("  \n")
     with pytest.raises(ValueError, match="is empty"):
-        slack.config_from_args(
+        slack_options.config_from_args(
             _parse(["--slack-channel", "#c", "--slack-token-file", str(tmp_path / "empty")]), {}
         )
     with pytest.raises(ValueError, match="need --slack-channel"):
-        slack.config_from_args(_parse(["--slack-on", "failure"]), {})
+        slack_options.config_from_args(_parse(["--slack-on", "failure"]), {})
     with pytest.raises(SystemExit):
         _parse(["--slack-on", "sometimes"])
 
@@ -348,7 +348,7 @@ def test_from_args_raises_user_error_for_the_cli() -> None:
     from relaunch_cli.errors import UserError
 
     with pytest.raises(UserError, match="needs a token"):
-        slack.from_args(_parse(["--slack-channel", "#ops"]), environ={})
+        slack_options.from_args(_parse(["--slack-channel", "#ops"]), environ={})
 
 
 def test_posts_are_spaced_to_respect_slacks_per_channel_limit() -> None:

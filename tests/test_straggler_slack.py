@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from attribution.notify import slack
+from relaunch_cli import slack_options
 from tests._slack_server import SlackServer
 from tests.test_slack import TOKEN, notifier
 
@@ -91,13 +91,13 @@ def test_a_rank_slow_for_fewer_reports_is_not_alerted_and_stop_still_is() -> Non
 
 def test_bad_straggler_flags_are_one_line_errors() -> None:
     parser = argparse.ArgumentParser()
-    slack.add_arguments(parser)
+    slack_options.add_arguments(parser)
     args = parser.parse_args(["--slack-straggler-reports", "3"])
     with pytest.raises(ValueError, match="need --slack-channel"):
-        slack.config_from_args(args, {})
+        slack_options.config_from_args(args, {})
     args = parser.parse_args(["--slack-channel", "#a", "--slack-straggler-reports", "0"])
     with pytest.raises(ValueError, match="must be >= 1"):
-        slack.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
+        slack_options.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
     args = parser.parse_args(["--slack-channel", "#a", "--slack-straggler-reports", "2"])
-    cfg = slack.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
+    cfg = slack_options.config_from_args(args, {"SLACK_BOT_TOKEN": "x"})
     assert cfg is not None and cfg.straggler_reports == 2

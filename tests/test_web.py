@@ -201,16 +201,16 @@ def test_templates_and_static_exist_for_packaging() -> None:
     assert (web / "static" / "live.js").is_file() and (web / "static" / "style.css").is_file()
 
 
-def test_job_ids_with_slashes_and_markup_round_trip(site: dict[str, Any]) -> None:
+def test_job_ids_with_url_reserved_characters_round_trip(site: dict[str, Any]) -> None:
     from tests._web_helpers import make_verdict
 
-    odd = "team/a run <b>#1?"
+    odd = "team:a+run=1@x"  # allowed by the job-id rule (storage.job_id), escaped in URLs
     repo = site["repo"]
     repo.register_cycle(odd, 0, "/logs/odd/cycle_0.log")
     repo.save_verdict(odd, 0, make_verdict("RESTART", "odd_rule", None, iteration=5))
     jobs = http_get(site["url"] + "/").text
-    href = "/jobs/team%2Fa%20run%20%3Cb%3E%231%3F"
-    assert f'href="{href}"' in jobs and "team/a run &lt;b&gt;#1?" in jobs
+    href = "/jobs/team%3Aa%2Brun%3D1%40x"
+    assert f'href="{href}"' in jobs and odd in jobs
     job = http_get(site["url"] + href)
     assert job.status_code == 200 and 'id="timeline"' in job.text
     assert f'href="{href}/cycles/0"' in job.text
@@ -218,6 +218,13 @@ def test_job_ids_with_slashes_and_markup_round_trip(site: dict[str, Any]) -> Non
     assert cycle.status_code == 200 and 'id="rule">odd_rule<' in cycle.text
     audit = http_get(site["url"] + href + "/cycles/0/audit.json")
     assert audit.status_code == 200 and audit.json()["job_id"] == odd
+
+
+def test_job_ids_with_slashes_or_markup_are_refused(site: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"job_id 'team/a run <b>#1\?': must be letters"):
+        site["repo"].register_cycle("team/a run <b>#1?", 0, "/logs/odd/cycle_0.log")
+    r = http_get(site["url"] + "/jobs/team%2Fa%20run%20%3Cb%3E%231%3F")
+    assert r.status_code == 400 and "must be letters, digits" in r.text
 
 
 def test_jobs_list_is_bounded(site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

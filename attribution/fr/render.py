@@ -1,7 +1,7 @@
 """Render a Flight Recorder analysis result as a short human-readable report.
 
 Text that comes from dumps (group descriptions, file names, errors) is printed through
-`attribution.terminal.safe_text`: no escape sequence from a dump reaches the terminal.
+`attribution.core.terminal.safe_text`: no escape sequence from a dump reaches the terminal.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from attribution.terminal import safe_text
+from attribution.core.terminal import safe_text
 
 
 def ranks_str(ranks: Iterable[int]) -> str:

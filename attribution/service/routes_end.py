@@ -15,7 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.routes_nvrx import state_of
-from attribution.service.state import MAX_CYCLE, check_job_id
+from attribution.service.validation import MAX_CYCLE, check_job_id
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from attribution.files import safe_name
+from attribution.core.files import safe_name
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.routes_nvrx import state_of, still_running, wait_future
 from attribution.service.schemas import (
@@ -26,8 +26,9 @@ from attribution.service.schemas import (
     NodeHealthSubmission,
     VerdictAnswer,
 )
-from attribution.service.state import MAX_CYCLE, ServiceState, check_job_id
+from attribution.service.state import ServiceState
 from attribution.service.tracker import TrackedLog
+from attribution.service.validation import MAX_CYCLE, check_job_id
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 

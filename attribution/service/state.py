@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -25,45 +23,26 @@ from pathlib import Path
 from typing import Any
 
 import storage
-from attribution.engine import AttributionEngine
+from attribution.core.engine import AttributionEngine
 from attribution.service.coalesce import Coalescer
 from attribution.service.confined import is_confined_file, open_confined
 from attribution.service.errors import ApiError
 from attribution.service.paths import confine
 from attribution.service.settings import ServiceSettings
 from attribution.service.tracker import TrackedLog
+from attribution.service.validation import (
+    check_cycle,
+    check_intent,
+    check_job_id,
+    default_job_id,
+)
 from storage import service_queries
 from storage.records import as_utc
 
 log = logging.getLogger(__name__)
 
-INTENTS = ("track_only", "progressive", "terminal")
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,254}$")
-MAX_CYCLE = 2**31 - 1
 PROGRESSIVE_SLICE = 64 << 20  # bytes read per log per poll pass
 KEY_LOCKS = 64  # striped per-(job, cycle) locks: bounded memory, rare false sharing
-
-
-def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
-        raise ApiError(
-            "invalid_parameter",
-            "job_id must be 1-255 characters of letters, digits and ._:@+=- "
-            "starting with a letter or digit",
-        )
-    return job_id
-
-
-def check_cycle(cycle: Any) -> int:
-    if isinstance(cycle, bool) or not isinstance(cycle, int) or not 0 <= cycle <= MAX_CYCLE:
-        raise ApiError("invalid_parameter", "cycle_id must be a non-negative integer")
-    return cycle
-
-
-def default_job_id(path: Path) -> str:
-    """Job id for NVRx clients that send only a path: file stem plus a short path hash."""
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:64].strip("._-") or "log"
-    return f"{stem}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
 def recommendation(verdict: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
@@ -119,11 +98,11 @@ class ServiceState:
     def _install_listeners(self) -> None:
         s = self.settings
         if s.audit_dir is not None:
-            from attribution.audit import AuditWriter
+            from attribution.core.audit import AuditWriter
 
             self._add_listener(AuditWriter(s.audit_dir, repo=self.repo, policy=s.policy))
         if s.webhook_url:
-            from attribution.export import WebhookExporter
+            from attribution.core.export import WebhookExporter
 
             self._add_listener(WebhookExporter(s.webhook_url))
         if s.slack is not None:
@@ -131,7 +110,7 @@ class ServiceState:
                 s.slack.use_store(self.repo.alert_recorded, self.repo.record_alert)
             self._add_listener(s.slack)
         if s.llm_config is not None:
-            from attribution.enrichment import EnrichmentListener
+            from attribution.core.enrichment import EnrichmentListener
 
             self._add_listener(
                 EnrichmentListener(
@@ -323,8 +302,7 @@ class ServiceState:
         intent: str,
     ) -> dict[str, Any]:
         """POST /logs: register (and for `terminal`, start analysing) one cycle log."""
-        if intent not in INTENTS:
-            raise ApiError("invalid_parameter", f"analysis_intent must be one of {INTENTS}")
+        check_intent(intent)
         path = confine(raw_path, self.settings.allowed_roots, must_exist=intent == "terminal")
         if job_id is None:
             prev = self.tracked(str(path))

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from attribution.files import safe_name, write_json_atomic
+from attribution.core.files import safe_name, write_json_atomic
 from launcher.health.report import HealthReport
 
 MAX_REASON = 2000  # the service accepts up to 4,000 characters

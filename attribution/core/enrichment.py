@@ -11,7 +11,7 @@ config's hard timeout, then:
   the stored verdict of that cycle with the STOP (keeping log identity and audit path) —
   but only if the stored verdict is still the one that was enriched;
 - writes `cycle_<N>.llm.json` next to the cycle's audit artifact (`cycle_<N>.json`, see
-  `attribution.audit`) when audit artifacts are written: the artifact stays the record of
+  `attribution.core.audit`) when audit artifacts are written: the artifact stays the record of
   the deterministic verdict (what `relaunch audit` re-checks), the sidecar records what the
   LLM said and whether it contributed.
 
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attribution.audit import artifact_path
-from attribution.files import write_json_atomic
+from attribution.core.audit import artifact_path
+from attribution.core.files import write_json_atomic
 from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
 from storage import HistoryRepository

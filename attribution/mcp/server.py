@@ -37,7 +37,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from attribution.service.state import JOB_ID_RE, MAX_CYCLE
+from attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
 from web.advice import next_step
 
 INSTRUCTIONS = """\
@@ -330,7 +330,7 @@ class _Tools:
             raise ToolError("give both job_id and cycle (to use the job's history), or neither")
         if save and job_id is None:
             raise ToolError("save=true needs job_id and cycle")
-        from attribution.engine import AttributionEngine
+        from attribution.core.engine import AttributionEngine
 
         engine = AttributionEngine(self.repo if save else None, hash_logs=save)
         try:
@@ -338,7 +338,7 @@ class _Tools:
                 prior = len(self.repo.prior_verdicts(job_id, cycle))
                 verdict = engine.analyze_cycle(job_id, cycle, str(real))
             else:
-                from attribution.engine import scan_with_identity
+                from attribution.core.engine import scan_with_identity
                 from restart_agent import decide
 
                 history = []
@@ -415,9 +415,7 @@ class _Tools:
 # through /v1 and fit the database's 32-bit column)
 JobId = Annotated[
     str,
-    Field(
-        min_length=1, max_length=255, pattern=JOB_ID_RE.pattern, description="the job's --job-id"
-    ),
+    Field(min_length=1, max_length=255, pattern=JOB_ID_PATTERN, description="the job's --job-id"),
 ]
 Cycle = Annotated[
     int, Field(ge=0, le=MAX_CYCLE, description="cycle number (0 is the first launch)")
@@ -486,7 +484,7 @@ def build_server(
             ),
         ],
         job_id: Annotated[
-            str | None, Field(None, min_length=1, max_length=255, pattern=JOB_ID_RE.pattern)
+            str | None, Field(None, min_length=1, max_length=255, pattern=JOB_ID_PATTERN)
         ] = None,
         cycle: Annotated[int | None, Field(None, ge=0, le=MAX_CYCLE)] = None,
         save: Annotated[bool, Field(description="store the verdict in the history")] = False,

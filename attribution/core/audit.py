@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attribution.files import safe_name, write_json_atomic
+from attribution.core.files import safe_name, write_json_atomic
 from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def software_version() -> str:
 
         return version("relaunch")
     except Exception:
-        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
         try:
             m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
             return m.group(1) if m else "unknown"

@@ -1,0 +1,1 @@
+"""Analysis core: the engine, its listeners (audit, export, enrichment) and small helpers."""

@@ -1,0 +1,1 @@
+"""MCP adapter: the attribution tools served over the Model Context Protocol."""
