@@ -362,31 +362,17 @@ class EmbeddedClient(AttributionClient):
 
     def _open(self) -> None:
         from attribution.core.engine import AttributionEngine
+        from attribution.core.listeners import install_listeners
         from storage import open_repository
 
         self._repo = open_repository(self.db_url)
         self._engine = AttributionEngine(self._repo, policy=self._policy, audit_dir=self.audit_dir)
-        if self.audit_dir is not None:
-            try:
-                from attribution.core.audit import AuditWriter
-            except ImportError as exc:
-                self.on_warning(f"audit artifacts unavailable: {exc}")
-            else:
-                self._engine.add_listener(
-                    AuditWriter(self.audit_dir, repo=self._repo, policy=self._policy)
-                )
-        if self._llm_config is not None:
-            from attribution.core.enrichment import EnrichmentListener
-
-            self._engine.add_listener(
-                EnrichmentListener(
-                    self._repo,
-                    self._llm_config,
-                    self._policy,
-                    audit_dir=self.audit_dir,
-                    on_result=self._llm_result,
-                )
-            )
+        install_listeners(
+            self._engine,
+            audit=self.audit_dir is not None,
+            llm_config=self._llm_config,
+            on_llm_result=self._llm_result,
+        )
 
     def _llm_result(self, event: Any, result: dict[str, Any]) -> None:
         """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""

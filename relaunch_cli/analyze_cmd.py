@@ -118,6 +118,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
         args.log,
         evidence=log.evidence,
         log_identity=log.identity,
+        persist=repo is not None,
     )
     if llm_config is not None:
         verdict = _enrich(verdict, log.text_path, args, llm_config, engine, repo, cycle)

@@ -134,13 +134,44 @@ def tail_facts(log_path: str, opener: Opener | None = None) -> LauncherFacts | N
     return collector.result()
 
 
+class StreamingScan:
+    """One pass over a log's bytes, fed in any chunks: the `LogScanner` and the SHA-256 of
+    the same bytes. `background=True` hashes on a helper thread (one-shot scans of large
+    logs); the service's incremental reads hash inline (a thread per tracked log would
+    outlive the request). `finish()` returns (CycleEvidence, LogIdentity)."""
+
+    def __init__(self, path: str, *, hash_log: bool = True, background: bool = False) -> None:
+        self.path = path
+        self.size = 0
+        self._scanner = LogScanner()
+        self._hasher: _BackgroundHasher | Any | None = None
+        if hash_log:
+            self._hasher = _BackgroundHasher() if background else hashlib.sha256()
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self._hasher is not None:
+            self._hasher.update(chunk)
+        self._scanner.feed(chunk)
+
+    def finish(self) -> tuple[CycleEvidence, LogIdentity]:
+        evidence = self._scanner.finish()
+        digest = self._hasher.hexdigest() if self._hasher is not None else None
+        return evidence, LogIdentity(self.path, self.size, digest)
+
+    def abandon(self) -> None:
+        """Stop a background hash without a result (the read failed)."""
+        if isinstance(self._hasher, _BackgroundHasher):
+            self._hasher.abandon()
+
+
 def scan_with_identity(
     log_path: str | os.PathLike[str],
     *,
     hash_log: bool = True,
     chunk_size: int = CHUNK_SIZE,
     opener: Opener | None = None,
-) -> tuple[Any, LogIdentity]:
+) -> tuple[CycleEvidence, LogIdentity]:
     """Scan a log in one streaming pass; return (CycleEvidence, LogIdentity).
 
     The same chunks feed the scanner and SHA-256 (on a helper thread), so the identity
@@ -151,23 +182,16 @@ def scan_with_identity(
     path = os.fspath(log_path)
     if opener is None and os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
-    scanner = LogScanner()
-    size = 0
     fd = opener(path) if opener is not None else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     with os.fdopen(fd, "rb", buffering=0) as f:
-        hasher = _BackgroundHasher() if hash_log else None
+        scan = StreamingScan(path, hash_log=hash_log, background=True)
         try:
             while chunk := f.read(chunk_size):
-                size += len(chunk)
-                if hasher is not None:
-                    hasher.update(chunk)
-                scanner.feed(chunk)
+                scan.feed(chunk)
         except BaseException:
-            if hasher is not None:
-                hasher.abandon()
+            scan.abandon()
             raise
-    evidence = scanner.finish()
-    return evidence, LogIdentity(path, size, hasher.hexdigest() if hasher else None)
+    return scan.finish()
 
 
 def _fr_ranks_of(rec: CycleRecord | None) -> list[int] | None:
@@ -365,22 +389,38 @@ class AttributionEngine:
         prior = self.repo.prior_verdicts(job_id, cycle, limit=self.history_limit)
         return [PriorCycle.from_verdict(c, v) for c, v in prior]
 
+    def store_node_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> NodeHealthNote:
+        """Check (`NodeHealthNote.from_dict`: ValueError on a bad record) and store one
+        node's health record with a cycle; the next analysis of the cycle reads it."""
+        if self.repo is None:
+            raise RuntimeError("storing a node health record needs a history repository")
+        note = NodeHealthNote.from_dict(record)
+        self.repo.save_node_health(job_id, cycle, {**record, "node": note.node})
+        return note
+
+    def store_fr_findings(self, job_id: str, cycle: int, findings: dict[str, Any]) -> None:
+        """Store Flight Recorder findings with a cycle (registering an unknown cycle without
+        a log); the next analysis of the cycle uses their culprit ranks as evidence."""
+        if self.repo is None:
+            raise RuntimeError("storing FR findings needs a history repository")
+        if self.repo.get_cycle(job_id, cycle) is None:
+            self.repo.register_cycle(job_id, cycle, None)
+        self.repo.save_fr_findings(job_id, cycle, findings)
+
     def record_node_health(
         self, job_id: str, cycle: int, record: dict[str, Any]
     ) -> dict[str, Any] | None:
         """Store one node's health record with a cycle; return the re-decided verdict.
 
-        The record is checked (`NodeHealthNote.from_dict`: ValueError on a bad one) and
-        saved. When the cycle already has a verdict that does not list this node as
+        The record is checked and saved (`store_node_health`). When the cycle already has
+        a verdict that does not list this node as
         reported (absent, or an earlier report of it) and its log is still there, the cycle
         is decided again so that its verdict records the node
         (it may change a ceiling STOP into `restart.unhealthy_node_excluded`); otherwise the
         next analysis of the cycle reads the stored record. Needs a repository.
         """
-        if self.repo is None:
-            raise RuntimeError("record_node_health needs a history repository")
-        note = NodeHealthNote.from_dict(record)
-        self.repo.save_node_health(job_id, cycle, {**record, "node": note.node})
+        note = self.store_node_health(job_id, cycle, record)
+        assert self.repo is not None
         rec = self.repo.get_cycle(job_id, cycle)
         if rec is None or rec.verdict is None or not rec.log_path:
             return None
@@ -415,11 +455,16 @@ class AttributionEngine:
         evidence: CycleEvidence | None = None,
         log_identity: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
+        persist: bool | None = None,
     ) -> dict[str, Any]:
         """Analyse one cycle log; save and publish the verdict; return `Verdict.to_dict()`.
 
-        Without a repository (or without job_id/cycle) nothing is saved and the history is
-        empty. When `fr_culprit_ranks` is None, culprit ranks of Flight Recorder findings
+        The one way into analysis: the service, the launcher's embedded client,
+        `relaunch analyze` and MCP all call it. Without a repository (or without
+        job_id/cycle) nothing is saved and the history is empty. `persist` (default: True
+        when there is a repository and both ids) says whether to save and publish;
+        `persist=False` with a repository is a dry run: the same history and stored
+        FR/node-health inputs, nothing written, no listener called, the log not hashed. When `fr_culprit_ranks` is None, culprit ranks of Flight Recorder findings
         stored with the cycle (`save_fr_findings`) are used, if any; likewise for
         `node_health` and the records stored by `record_node_health`.
 
@@ -434,7 +479,11 @@ class AttributionEngine:
         "stopped", RESTART -> "running"; `storage.repository.verdict_job_state`).
         """
         started = time.perf_counter()
-        persist = self.repo is not None and job_id is not None and cycle is not None
+        known = self.repo is not None and job_id is not None and cycle is not None
+        if persist is None:
+            persist = known
+        elif persist and not known:
+            raise ValueError("persist=True needs a repository, a job id and a cycle")
         if evidence is None:
             evidence, ident = scan_with_identity(
                 log_path, hash_log=self.hash_logs and persist, opener=self.opener
@@ -443,8 +492,8 @@ class AttributionEngine:
         else:
             identity = {"path": os.fspath(log_path), "size": evidence.bytes, "sha256": None}
             identity.update(log_identity or {})
-        history = self.history(job_id, cycle) if persist else []
-        if (fr_culprit_ranks is None or node_health is None) and persist:
+        history = self.history(job_id, cycle) if known else []
+        if (fr_culprit_ranks is None or node_health is None) and known:
             assert self.repo is not None and job_id is not None and cycle is not None
             stored = self.repo.get_cycle(job_id, cycle)  # one read for both
             if fr_culprit_ranks is None:

@@ -332,21 +332,11 @@ class _Tools:
             raise ToolError("save=true needs job_id and cycle")
         from attribution.core.engine import AttributionEngine
 
-        engine = AttributionEngine(self.repo if save else None, hash_logs=save)
+        known = job_id is not None and cycle is not None
+        engine = AttributionEngine(self.repo if known else None)
         try:
-            if save:
-                prior = len(self.repo.prior_verdicts(job_id, cycle))
-                verdict = engine.analyze_cycle(job_id, cycle, str(real))
-            else:
-                from attribution.core.engine import scan_with_identity
-                from restart_agent import decide
-
-                history = []
-                if job_id is not None and cycle is not None:
-                    history = AttributionEngine(self.repo).history(job_id, cycle)
-                evidence, _ = scan_with_identity(real, hash_log=False)
-                verdict = decide(evidence, history, engine.policy).to_dict()
-                prior = len(history)
+            prior = len(engine.history(job_id, cycle))
+            verdict = engine.analyze_cycle(job_id, cycle, str(real), persist=save)
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         except OSError as exc:

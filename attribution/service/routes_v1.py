@@ -334,22 +334,17 @@ async def upload_fr(
     except BaseException:
         await asyncio.to_thread(shutil.rmtree, dest_dir, True)
         raise
-    culprits = [int(r) for r in (findings.get("culprit_ranks") or [])]
-    if await asyncio.to_thread(st.repo.get_cycle, job_id, cycle) is None:
-        await asyncio.to_thread(st.repo.register_cycle, job_id, cycle, None)
-    await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
+    # stored once; the engine's re-decision reads their culprit ranks from the cycle
+    await asyncio.to_thread(st.engine.store_fr_findings, job_id, cycle, findings)
     verdict = None
     running = False
     tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
     if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
-        fut = await asyncio.to_thread(st.analyze, tl, fr_culprit_ranks=culprits or None, force=True)
+        fut = await asyncio.to_thread(st.analyze, tl, force=True)
         await wait_future(fut, st.settings.analysis_timeout_s)
         running = not fut.done()
         if fut.done() and fut.exception() is None:
             verdict = fut.result()
-        rec = await asyncio.to_thread(st.repo.get_cycle, job_id, cycle)
-        if rec is not None and not rec.fr_findings:
-            await asyncio.to_thread(st.repo.save_fr_findings, job_id, cycle, findings)
     body = {
         "job_id": job_id,
         "cycle": cycle,
@@ -374,7 +369,7 @@ async def post_node_health(
     _cycle_path(cycle)
     record = report.model_dump(mode="json")
     try:
-        await asyncio.to_thread(st.repo.save_node_health, job_id, cycle, record)
+        await asyncio.to_thread(st.engine.store_node_health, job_id, cycle, record)
     except ValueError as exc:  # e.g. NaN in a free-form field: JSON cannot hold it
         raise ApiError("invalid_parameter", f"node health report: {exc}") from None
     verdict = None

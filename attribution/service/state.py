@@ -24,6 +24,7 @@ from typing import Any
 
 import storage
 from attribution.core.engine import AttributionEngine
+from attribution.core.listeners import close_listeners, install_listeners
 from attribution.service.coalesce import Coalescer
 from attribution.service.confined import is_confined_file, open_confined
 from attribution.service.errors import ApiError
@@ -97,26 +98,14 @@ class ServiceState:
     # --- lifecycle ---------------------------------------------------------------------
     def _install_listeners(self) -> None:
         s = self.settings
-        if s.audit_dir is not None:
-            from attribution.core.audit import AuditWriter
-
-            self._add_listener(AuditWriter(s.audit_dir, repo=self.repo, policy=s.policy))
-        if s.webhook_url:
-            from attribution.core.export import WebhookExporter
-
-            self._add_listener(WebhookExporter(s.webhook_url))
-        if s.slack is not None:
-            if hasattr(s.slack, "use_store"):  # alert dedup that survives a restart
-                s.slack.use_store(self.repo.alert_recorded, self.repo.record_alert)
-            self._add_listener(s.slack)
-        if s.llm_config is not None:
-            from attribution.core.enrichment import EnrichmentListener
-
-            self._add_listener(
-                EnrichmentListener(
-                    self.repo, s.llm_config, s.policy, on_result=self._after_enrichment
-                )
-            )
+        self.listeners = install_listeners(
+            self.engine,
+            audit=s.audit_dir is not None,
+            webhook_url=s.webhook_url,
+            slack=s.slack,
+            llm_config=s.llm_config,
+            on_llm_result=self._after_enrichment,
+        )
 
     def _after_enrichment(self, event: Any, result: Any) -> None:
         """The LLM may have replaced the stored verdict: refresh the in-memory copy."""
@@ -124,10 +113,6 @@ class ServiceState:
         rec = self.repo.get_cycle(event.job_id, event.cycle)
         if tl is not None and rec is not None and rec.verdict is not None:
             tl.verdict = rec.verdict
-
-    def _add_listener(self, fn: Any) -> None:
-        self.listeners.append(fn)
-        self.engine.add_listener(fn)
 
     async def start(self) -> None:
         if self.settings.resume_unfinished:
@@ -176,13 +161,7 @@ class ServiceState:
         # so the next start resumes them (resume_unfinished) instead of delaying this stop
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.engine.close(timeout=10.0)  # let queued listener events (audit files) finish
-        for fn in self.listeners:
-            close = getattr(fn, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # a listener's shutdown must not stop ours
-                    log.exception("closing listener %r failed", fn)
+        close_listeners(self.listeners, lambda fn: log.exception("closing listener %r failed", fn))
         dispose = getattr(self.repo, "close", None)
         if callable(dispose):
             dispose()
@@ -347,7 +326,6 @@ class ServiceState:
         self,
         tl: TrackedLog,
         *,
-        fr_culprit_ranks: list[int] | None = None,
         force: bool = False,
         resumed: bool = False,
     ) -> Future[dict[str, Any]]:
@@ -362,17 +340,15 @@ class ServiceState:
         running, then find nothing in flight because that analysis had just finished,
         and start a second analysis of the unchanged log."""
         with self._key_lock(tl.key):
-            return self._analyze_locked(tl, fr_culprit_ranks, force, resumed)
+            return self._analyze_locked(tl, force, resumed)
 
-    def _analyze_locked(
-        self, tl: TrackedLog, fr_culprit_ranks: list[int] | None, force: bool, resumed: bool
-    ) -> Future[dict[str, Any]]:
+    def _analyze_locked(self, tl: TrackedLog, force: bool, resumed: bool) -> Future[dict[str, Any]]:
         running = self.coalescer.join(tl.key)
         if running is not None:
             return running
         if not resumed:
             self._check_capacity()
-        if not force and fr_culprit_ranks is None:
+        if not force:
             cached = self._cached_verdict(tl)
             if cached is not None:
                 fut: Future[dict[str, Any]] = Future()
@@ -383,7 +359,7 @@ class ServiceState:
         tl.verdict, tl.error, tl.cached = None, None, False
         if not resumed:
             self.repo.mark_analysis_requested(tl.job_id, tl.cycle)
-        fut, _ = self.coalescer.submit(tl.key, lambda: self._run_analysis(tl, fr_culprit_ranks))
+        fut, _ = self.coalescer.submit(tl.key, lambda: self._run_analysis(tl))
         tl.future = fut
         return fut
 
@@ -407,9 +383,9 @@ class ServiceState:
             return rec.verdict
         return None
 
-    def _run_analysis(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
+    def _run_analysis(self, tl: TrackedLog) -> dict[str, Any]:
         try:
-            return self._analyse(tl, fr)
+            return self._analyse(tl)
         except BaseException as exc:
             reason = tl.error or getattr(exc, "message", None) or f"{type(exc).__name__}"
             try:
@@ -418,8 +394,8 @@ class ServiceState:
                 log.exception("could not record the failed analysis of %s", tl.path)
             raise
 
-    def _analyse(self, tl: TrackedLog, fr: list[int] | None) -> dict[str, Any]:
-        try:  # fr None: the engine reads the FR ranks stored with the cycle
+    def _analyse(self, tl: TrackedLog) -> dict[str, Any]:
+        try:  # the engine reads the FR ranks and node-health records stored with the cycle
             hold = self.settings.analysis_hold
             if hold is not None:
                 hold(tl.job_id)
@@ -427,7 +403,7 @@ class ServiceState:
             with tl.lock:
                 evidence, identity = tl.finish()
             scan_s = time.perf_counter() - t0
-            verdict = self._decide_and_save(tl, evidence, identity, fr, scan_s)
+            verdict = self._decide_and_save(tl, evidence, identity, scan_s)
             tl.verdict = verdict
             self.analyses += 1
             return verdict
@@ -449,7 +425,6 @@ class ServiceState:
         tl: TrackedLog,
         evidence: Any,
         identity: dict[str, Any],
-        fr: list[int] | None,
         scan_s: float,
     ) -> dict[str, Any]:
         """The engine's decide/save/notify steps, on evidence that was read incrementally."""
@@ -457,7 +432,6 @@ class ServiceState:
             tl.job_id,
             tl.cycle,
             str(tl.path),
-            fr_culprit_ranks=fr,
             evidence=evidence,
             log_identity=identity,
             extra={

@@ -1,8 +1,9 @@
 """Incremental reading of one cycle log: new bytes only, fed to `restart_agent.LogScanner`.
 
-A `TrackedLog` remembers how far it has read (offset, file identity) and hashes what it
-reads, so that the verdict at cycle end costs only the unread tail and the audit record
-gets the file's sha256 without a second pass. A file that was replaced or truncated
+A `TrackedLog` remembers how far it has read (offset, file identity) and feeds what it
+reads to the engine's `StreamingScan` (scanner + SHA-256 of the same bytes), so that the
+verdict at cycle end costs only the unread tail and the audit record gets the file's
+sha256 without a second pass. A file that was replaced or truncated
 under us is re-read from the start. Every read opens the file through
 `attribution.service.confined.open_confined` (no symlink at any level below the roots,
 regular files only), so a path swapped after registration cannot make it read elsewhere.
@@ -10,7 +11,6 @@ regular files only), so a path swapped after registration cannot make it read el
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attribution.core.engine import StreamingScan
 from attribution.service.confined import open_confined
 from attribution.service.errors import ApiError
-from restart_agent import LogScanner
 
 READ_CHUNK = 1 << 20
 
@@ -39,10 +39,9 @@ class TrackedLog:
     # where reads are confined to; empty: the log's own directory (tests, tools)
     roots: tuple[Path, ...] = ()
     # incremental scan state (guarded by `lock`)
-    scanner: Any = None
+    scanner: StreamingScan | None = None
     offset: int = 0
     file_id: tuple[int, int] | None = None
-    sha: Any = None
     resets: int = 0  # times the file was replaced/truncated and re-read
     read_total: int = 0  # bytes read from the file over the log's life (all passes)
     tail_bytes: int | None = None  # bytes the final analysis still had to read
@@ -66,10 +65,10 @@ class TrackedLog:
         roots = self.roots or (Path(os.path.realpath(self.path.parent)),)
         return open_confined(self.path, roots)
 
-    def _reset(self) -> None:
-        self.scanner = LogScanner()
+    def _reset(self) -> StreamingScan:
+        self.scanner = StreamingScan(str(self.path))
         self.offset = 0
-        self.sha = hashlib.sha256()
+        return self.scanner
 
     def feed_new(self, max_bytes: int | None = None) -> int:
         """Read and feed bytes appended since the last call; return how many were read.
@@ -90,10 +89,11 @@ class TrackedLog:
         with os.fdopen(fd, "rb", buffering=0) as fh:
             st = os.fstat(fd)
             fid = (st.st_dev, st.st_ino)
-            if self.scanner is None or fid != self.file_id or st.st_size < self.offset:
-                if self.scanner is not None:
+            scan = self.scanner
+            if scan is None or fid != self.file_id or st.st_size < self.offset:
+                if scan is not None:
                     self.resets += 1
-                self._reset()
+                scan = self._reset()
                 self.file_id = fid
             fh.seek(self.offset)
             read = 0
@@ -102,8 +102,7 @@ class TrackedLog:
                 chunk = fh.read(want)
                 if not chunk:
                     break
-                self.scanner.feed(chunk)
-                self.sha.update(chunk)
+                scan.feed(chunk)
                 read += len(chunk)
             self.offset += read
             self.read_total += read
@@ -117,7 +116,7 @@ class TrackedLog:
         a later analysis of the same log starts from the beginning.
         """
         self.tail_bytes = self._feed_fd(self._open(), None)
-        evidence = self.scanner.finish()
-        identity = {"path": str(self.path), "size": self.offset, "sha256": self.sha.hexdigest()}
-        self.scanner, self.offset, self.file_id, self.sha = None, 0, None, None
-        return evidence, identity
+        assert self.scanner is not None
+        evidence, identity = self.scanner.finish()
+        self.scanner, self.offset, self.file_id = None, 0, None
+        return evidence, identity.to_dict()
