@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import queue
 import stat
 import threading
 import time
@@ -35,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attribution.core.background import BackgroundQueue
 from restart_agent import LogScanner, decide
 from restart_agent.facts import PREFIX as _FACT_PREFIX
 from restart_agent.facts import FactCollector
@@ -91,24 +91,19 @@ class _BackgroundHasher:
 
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-        self._thread = threading.Thread(target=self._run, name="relaunch-log-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            self._hash.update(chunk)
+        self._chunks: BackgroundQueue[bytes] = BackgroundQueue(
+            self._hash.update, name="relaunch-log-sha256", maxsize=8
+        )
 
     def update(self, chunk: bytes) -> None:
-        self._queue.put(chunk)
+        self._chunks.put_wait(chunk)
 
     def hexdigest(self) -> str:
-        self._queue.put(None)
-        self._thread.join()
+        self._chunks.close()
         return self._hash.hexdigest()
 
     def abandon(self) -> None:
-        self._queue.put(None)
+        self._chunks.close(0, discard=True)
 
 
 FACT_TAIL_BYTES = 1 << 20  # the launcher writes its end-of-cycle facts last
@@ -240,8 +235,7 @@ class AttributionEngine:
         self.history_limit = history_limit
         self.opener = opener
         self._listeners: list[Listener] = []
-        self._queue: queue.Queue[VerdictEvent | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._events: BackgroundQueue[VerdictEvent] | None = None  # started on first use
         self._lock = threading.Lock()
         self._closed = False
 
@@ -257,65 +251,45 @@ class AttributionEngine:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
-    def _ensure_thread(self) -> None:
+    def _dispatch(self, event: VerdictEvent) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._dispatch, name="relaunch-verdict-listeners", daemon=True
-                )
-                self._thread.start()
-
-    def _dispatch(self) -> None:
-        while True:
-            event = self._queue.get()
+            listeners = list(self._listeners)
+        for fn in listeners:
             try:
-                if event is None:
-                    return
-                with self._lock:
-                    listeners = list(self._listeners)
-                for fn in listeners:
-                    try:
-                        # Each listener gets its own copy: none can alter what others see.
-                        fn(dataclasses.replace(event, verdict=copy.deepcopy(event.verdict)))
-                    except Exception:
-                        log.exception(
-                            "verdict listener %s failed for job %s cycle %s",
-                            getattr(fn, "__qualname__", repr(fn)),
-                            event.job_id,
-                            event.cycle,
-                        )
-            finally:
-                self._queue.task_done()
+                # Each listener gets its own copy: none can alter what others see.
+                fn(dataclasses.replace(event, verdict=copy.deepcopy(event.verdict)))
+            except Exception:
+                log.exception(
+                    "verdict listener %s failed for job %s cycle %s",
+                    getattr(fn, "__qualname__", repr(fn)),
+                    event.job_id,
+                    event.cycle,
+                )
 
     def notify(self, event: VerdictEvent) -> None:
         """Queue `event` for the listeners (for callers that save verdicts themselves)."""
         with self._lock:
             if not self._listeners or self._closed:
                 return
-        self._ensure_thread()
-        self._queue.put(event)
+            if self._events is None:
+                self._events = BackgroundQueue(self._dispatch, name="relaunch-verdict-listeners")
+            events = self._events
+        events.put(event)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until listeners have handled every verdict so far; False on timeout."""
-        if timeout is None:
-            self._queue.join()
-            return True
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        with self._lock:
+            events = self._events
+        return True if events is None else events.drain(timeout)
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Let listeners finish (up to `timeout`), then stop the listener thread."""
         self.drain(timeout)
         with self._lock:
             self._closed = True
-            thread = self._thread
-        if thread is not None and thread.is_alive():
-            self._queue.put(None)
-            thread.join(timeout)
+            events = self._events
+        if events is not None:
+            events.close(timeout)
 
     # -- analysis ----------------------------------------------------------------------
 

@@ -20,17 +20,14 @@ A failing model, server, database or disk is logged (without the API key) and dr
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import queue
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from attribution.core.audit import artifact_path
+from attribution.core.background import BackgroundQueue
 from attribution.core.files import write_json_atomic
 from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
@@ -67,65 +64,44 @@ class EnrichmentListener:
         self.apply_policy = apply_policy
         self.audit_dir = audit_dir
         self.on_result = on_result
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
-        self._thread = threading.Thread(
-            target=self._work, name="relaunch-llm-enrichment", daemon=True
+        self._work: BackgroundQueue[Any] = BackgroundQueue(
+            self._handle_logged, name="relaunch-llm-enrichment", maxsize=max(1, max_pending)
         )
-        self._closed = False
-        self._thread.start()
 
     def __repr__(self) -> str:
         return f"EnrichmentListener(model={self.config.model!r}, timeout_s={self.config.timeout_s})"
 
     def __call__(self, event: Any) -> None:
         """Queue `event` (a `VerdictEvent`) and return at once."""
-        if self._closed:
-            return
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
+        if not self._work.put(event) and not self._work.closed:
             log.warning(
                 "LLM enrichment skipped for job %s cycle %s: %d enrichments already pending",
                 getattr(event, "job_id", "?"),
                 getattr(event, "cycle", "?"),
-                self._queue.maxsize,
+                self._work.maxsize,
             )
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every queued enrichment is done; False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return self._work.drain(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish queued work (up to `timeout`, default the LLM timeout + 5 s) and stop."""
         self.drain(self.config.timeout_s + 5 if timeout is None else timeout)
-        self._closed = True
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._thread.join(1.0)
+        self._work.close(1.0)
 
-    def _work(self) -> None:
-        while True:
-            event = self._queue.get()
-            try:
-                if event is None:
-                    return
-                self._handle(event)
-            except Exception as exc:
-                # messages from our own code and storage; the key never reaches them
-                log.error(
-                    "LLM enrichment of job %s cycle %s failed: %s: %s",
-                    getattr(event, "job_id", "?"),
-                    getattr(event, "cycle", "?"),
-                    type(exc).__name__,
-                    exc,
-                )
-            finally:
-                self._queue.task_done()
+    def _handle_logged(self, event: Any) -> None:
+        try:
+            self._handle(event)
+        except Exception as exc:
+            # messages from our own code and storage; the key never reaches them
+            log.error(
+                "LLM enrichment of job %s cycle %s failed: %s: %s",
+                getattr(event, "job_id", "?"),
+                getattr(event, "cycle", "?"),
+                type(exc).__name__,
+                exc,
+            )
 
     def _handle(self, event: Any) -> None:
         verdict = event.verdict

@@ -7,16 +7,15 @@ queue is bounded: when it is full the oldest undelivered verdict is dropped and 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
 import random
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from attribution.core.background import BackgroundQueue
 
 log = logging.getLogger(__name__)
 
@@ -73,45 +72,27 @@ class WebhookExporter:
         self.max_attempts = max(1, max_attempts)
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.stats = ExportStats()
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=max(1, queue_size))
         self._stop = threading.Event()
         self._client = httpx.Client(
             timeout=timeout_s,
             headers={"content-type": "application/json", **(headers or {})},
             transport=transport,
         )
-        self._thread = threading.Thread(target=self._run, name="relaunch-webhook", daemon=True)
-        self._thread.start()
+        self._queue: BackgroundQueue[dict[str, Any]] = BackgroundQueue(
+            self._deliver, name="relaunch-webhook", maxsize=max(1, queue_size), drop_oldest=True
+        )
 
     # --- listener side: never blocks -------------------------------------------------
     def __call__(self, event: Any) -> None:
         self.submit(event_payload(event))
 
     def submit(self, payload: dict[str, Any]) -> None:
-        while True:
-            try:
-                self._queue.put_nowait(payload)
-                self.stats.enqueued += 1
-                return
-            except queue.Full:
-                try:
-                    self._queue.get_nowait()
-                    self._queue.task_done()
-                    self.stats.dropped += 1
-                    log.warning("webhook queue full: dropped the oldest verdict")
-                except queue.Empty:
-                    pass
-
-    # --- delivery thread ---------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                self._deliver(item)
-            finally:
-                self._queue.task_done()
+        dropped = self._queue.dropped
+        if self._queue.put(payload):
+            self.stats.enqueued += 1
+        if self._queue.dropped != dropped:
+            self.stats.dropped += 1
+            log.warning("webhook queue full: dropped the oldest verdict")
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         if retry_after is not None:
@@ -154,18 +135,11 @@ class WebhookExporter:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until the queue is empty (True) or `timeout_s` passed (False)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
-                return True
-            time.sleep(0.02)
-        return self._queue.unfinished_tasks == 0
+        return self._queue.drain(timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Deliver what is queued within `timeout_s`, then stop the thread."""
         self.flush(timeout_s)
         self._stop.set()
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._thread.join(timeout=1.0)
+        self._queue.close(1.0)
         self._client.close()
