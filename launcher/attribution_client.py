@@ -33,9 +33,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from attribution.core.engine import VerdictEvent
 
 
 @dataclass(frozen=True)
@@ -374,7 +377,7 @@ class EmbeddedClient(AttributionClient):
             on_llm_result=self._llm_result,
         )
 
-    def _llm_result(self, event: Any, result: dict[str, Any]) -> None:
+    def _llm_result(self, event: VerdictEvent, result: dict[str, Any]) -> None:
         """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""
         llm = result.get("llm") or {}
         if (

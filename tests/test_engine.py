@@ -127,7 +127,8 @@ def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, ca
     assert (event.job_id, event.cycle, event.log_path) == ("job", 0, str(log))
     assert event.log_identity["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
     assert event.audit_dir == str(tmp_path / "audit")
-    assert event.extra["prior_cycles"] == [] and event.extra["fr_culprit_ranks"] is None
+    assert event.inputs is not None
+    assert event.inputs.prior_cycles == () and event.inputs.fr_culprit_ranks is None
     assert "listener exploded" in caplog.text
     engine.close()
 
@@ -161,7 +162,7 @@ def test_stored_flight_recorder_ranks_are_used(repo, tmp_path):
     repo.save_fr_findings("job", 0, {"culprit_ranks": [2]})
     engine.analyze_cycle("job", 0, _write(tmp_path, "i.log", infra_log()))
     engine.drain(10)
-    assert events[0].extra["fr_culprit_ranks"] == [2]
+    assert events[0].inputs is not None and events[0].inputs.fr_culprit_ranks == (2,)
     assert repo.get_cycle("job", 0).fr_findings == {"culprit_ranks": [2]}
     engine.close()
 
@@ -226,9 +227,9 @@ def test_the_event_carries_the_policy_and_the_history_it_decided_with(repo, tmp_
         engine.analyze_cycle("job", c, log, extra={"source": "test"})
     assert engine.drain(10)
     last = events[-1]
-    assert last.extra["policy"]["same_root_no_progress_retries"] == 7
-    assert [p["cycle"] for p in last.extra["prior_cycles"]] == [1]
-    assert last.extra["source"] == "test" and last.extra["fr_culprit_ranks"] is None
+    assert last.inputs is not None and last.inputs.policy is policy  # typed, not a dict
+    assert [p.cycle for p in last.inputs.prior_cycles] == [1]
+    assert last.extra == {"source": "test"} and last.inputs.fr_culprit_ranks is None
     engine.close()
 
 

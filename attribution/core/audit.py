@@ -35,10 +35,13 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.core.files import safe_name, write_json_atomic
 from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
+
+if TYPE_CHECKING:
+    from attribution.core.engine import VerdictEvent
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +233,8 @@ class AuditWriter:
 
     `audit_dir` defaults to the event's `audit_dir` (the engine's). The prior cycles, the
     policy and the FR culprit ranks are the ones the engine decided with
-    (`event.extra["prior_cycles"]`, `["policy"]`, `["fr_culprit_ranks"]`,
-    `["node_health"]`), never re-read
-    after the save; `policy` is used only for events that carry none. With `repo`, the
+    (`event.inputs`, a typed `DecisionInputs`), never re-read after the save; `policy`
+    is used only for events that carry none. With `repo`, the
     artifact's path is saved with the cycle (`set_audit_path`). Each artifact is signed
     (`sign`): a digest, and an HMAC when there is a key.
     """
@@ -256,25 +258,32 @@ class AuditWriter:
         self.policy = policy or PolicyConfig()
         self.written = 0
 
-    def __call__(self, event: Any) -> Path | None:
+    def __call__(self, event: VerdictEvent) -> None:
+        self.write(event)
+
+    def write(self, event: VerdictEvent) -> Path | None:
+        """Write the artifact of `event`; its path (None without an audit folder)."""
         audit_dir = self.audit_dir or (Path(event.audit_dir) if event.audit_dir else None)
         if audit_dir is None:
             return None
         t0 = time.perf_counter()
-        extra = event.extra or {}
-        fr = extra.get("fr_culprit_ranks")
-        if "prior_cycles" in extra:  # what the policy saw, as the engine decided
-            history = [_prior(p) for p in extra["prior_cycles"] or []]
-        elif self.repo is not None:  # an event from an older caller: best effort
-            prior = self.repo.prior_verdicts(event.job_id, event.cycle)
-            history = [PriorCycle.from_verdict(c, v) for c, v in prior]
-        else:
+        inputs = event.inputs
+        fr: list[int] | None
+        if inputs is not None:  # what the policy saw, as the engine decided
+            history = list(inputs.prior_cycles)
+            policy = inputs.policy
+            fr = None if inputs.fr_culprit_ranks is None else list(inputs.fr_culprit_ranks)
+            notes = [n.to_dict() for n in inputs.node_health]
+        else:  # an event of a caller that saved the verdict itself: best effort
             history = []
-        policy = _policy(extra["policy"]) if isinstance(extra.get("policy"), dict) else self.policy
-        if fr is None and "fr_culprit_ranks" not in extra and self.repo is not None:
-            rec = self.repo.get_cycle(event.job_id, event.cycle)
-            ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
-            fr = list(ranks) if isinstance(ranks, list) else None
+            if self.repo is not None:
+                prior = self.repo.prior_verdicts(event.job_id, event.cycle)
+                history = [PriorCycle.from_verdict(c, v) for c, v in prior]
+            policy, fr, notes = self.policy, None, []
+            if self.repo is not None:
+                rec = self.repo.get_cycle(event.job_id, event.cycle)
+                ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+                fr = list(ranks) if isinstance(ranks, list) else None
         doc = build_artifact(
             job_id=event.job_id,
             cycle=event.cycle,
@@ -284,7 +293,7 @@ class AuditWriter:
             policy=policy,
             fr_culprit_ranks=fr,
             analysis_ms=event.analysis_ms,
-            node_health=extra.get("node_health") or (event.verdict or {}).get("node_health"),
+            node_health=notes or (event.verdict or {}).get("node_health"),
         )
         path = artifact_path(audit_dir, event.job_id, event.cycle)
         doc["timings"]["audit_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)

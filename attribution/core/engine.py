@@ -68,6 +68,18 @@ class LogIdentity:
 
 
 @dataclass(frozen=True)
+class DecisionInputs:
+    """What the policy decided on, as typed objects: the prior cycles it saw, the policy,
+    the Flight Recorder culprit ranks (None: no FR findings) and the node-health notes.
+    Serialised only where it leaves the process (the audit artifact's `inputs`)."""
+
+    prior_cycles: tuple[PriorCycle, ...]
+    policy: PolicyConfig
+    fr_culprit_ranks: tuple[int, ...] | None
+    node_health: tuple[NodeHealthNote, ...] = ()
+
+
+@dataclass(frozen=True)
 class VerdictEvent:
     """Handed to each listener after a verdict is saved."""
 
@@ -78,10 +90,13 @@ class VerdictEvent:
     log_identity: dict[str, Any]
     audit_dir: str | None = None  # where audit listeners should write (None: no audit files)
     analysis_ms: float = 0.0
+    # the caller's notes (incremental, resets, scan_ms, reason, ...), JSON-able
     extra: dict[str, Any] = field(default_factory=dict)
+    # None: an event of a caller that saved the verdict itself (`notify`)
+    inputs: DecisionInputs | None = None
 
 
-Listener = Callable[[VerdictEvent], Any]
+Listener = Callable[[VerdictEvent], None]
 Opener = Callable[[str], int]
 
 
@@ -444,10 +459,10 @@ class AttributionEngine:
 
         `evidence` (with its `log_identity` {"path", "size", "sha256"}) lets a caller that
         already scanned the log incrementally (the service's growing logs) skip the scan;
-        `extra` is copied into the `VerdictEvent`. The event's `extra` also carries the
-        `fr_culprit_ranks`, the `node_health` notes (dicts of `NodeHealthNote`), the
-        `prior_cycles` the policy saw (dicts of `PriorCycle`) and the `policy` used (dict of `PolicyConfig`), so listeners (audit) record exactly
-        what was decided on instead of re-reading history after the save.
+        `extra` is copied into the `VerdictEvent`. The event's `inputs` (`DecisionInputs`)
+        carries the prior cycles the policy saw, the policy, the FR culprit ranks and the
+        node-health notes as typed objects, so listeners (audit) record exactly what was
+        decided on instead of re-reading history after the save.
 
         Saving a verdict on the job's latest cycle also sets the job's state (STOP ->
         "stopped", RESTART -> "running"; `storage.repository.verdict_job_state`).
@@ -482,11 +497,6 @@ class AttributionEngine:
         if persist:
             assert self.repo is not None and job_id is not None and cycle is not None
             self.repo.save_verdict(job_id, cycle, result, log_identity=identity)
-            info = dict(extra or {})
-            info.setdefault("fr_culprit_ranks", fr)
-            info.setdefault("node_health", [n.to_dict() for n in notes])
-            info.setdefault("prior_cycles", [dataclasses.asdict(p) for p in history])
-            info.setdefault("policy", dataclasses.asdict(self.policy))
             self.notify(
                 VerdictEvent(
                     job_id=job_id,
@@ -496,7 +506,13 @@ class AttributionEngine:
                     log_identity=dict(identity),
                     audit_dir=self.audit_dir,
                     analysis_ms=elapsed_ms,
-                    extra=info,
+                    extra=dict(extra or {}),
+                    inputs=DecisionInputs(
+                        prior_cycles=tuple(history),
+                        policy=self.policy,
+                        fr_culprit_ranks=None if fr is None else tuple(fr),
+                        node_health=tuple(notes),
+                    ),
                 )
             )
         return result

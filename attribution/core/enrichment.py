@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.core.audit import artifact_path
 from attribution.core.background import BackgroundQueue
@@ -33,9 +33,13 @@ from restart_agent.llm import LLMConfig, enrich_and_apply
 from restart_agent.model import PolicyConfig
 from storage import HistoryRepository
 
+if TYPE_CHECKING:
+    from attribution.core.engine import VerdictEvent
+
+
 log = logging.getLogger(__name__)
 
-ResultHook = Callable[[Any, dict[str, Any]], Any]
+ResultHook = Callable[["VerdictEvent", dict[str, Any]], object]
 
 
 def audit_sidecar_path(audit_path: str | os.PathLike[str]) -> Path:
@@ -71,7 +75,7 @@ class EnrichmentListener:
     def __repr__(self) -> str:
         return f"EnrichmentListener(model={self.config.model!r}, timeout_s={self.config.timeout_s})"
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: VerdictEvent) -> None:
         """Queue `event` (a `VerdictEvent`) and return at once."""
         if not self._work.put(event) and not self._work.closed:
             log.warning(
@@ -90,7 +94,7 @@ class EnrichmentListener:
         self.drain(self.config.timeout_s + 5 if timeout is None else timeout)
         self._work.close(1.0)
 
-    def _handle_logged(self, event: Any) -> None:
+    def _handle_logged(self, event: VerdictEvent) -> None:
         try:
             self._handle(event)
         except Exception as exc:
@@ -103,7 +107,7 @@ class EnrichmentListener:
                 exc,
             )
 
-    def _handle(self, event: Any) -> None:
+    def _handle(self, event: VerdictEvent) -> None:
         verdict = event.verdict
         result = enrich_and_apply(verdict, event.log_path, self.config, self.policy)
         llm = result["llm"]
@@ -126,7 +130,7 @@ class EnrichmentListener:
         if self.on_result is not None:
             self.on_result(event, result)
 
-    def _replace_verdict(self, event: Any, result: dict[str, Any], record: Any) -> None:
+    def _replace_verdict(self, event: VerdictEvent, result: dict[str, Any], record: Any) -> None:
         assert self.repo is not None
         stored = record.verdict if record else None
         if stored is None or _identity(stored) != _identity(event.verdict):
@@ -147,7 +151,7 @@ class EnrichmentListener:
             audit_path=record.audit_path if record else None,
         )
 
-    def _write_sidecar(self, path: Path, event: Any, result: dict[str, Any]) -> None:
+    def _write_sidecar(self, path: Path, event: VerdictEvent, result: dict[str, Any]) -> None:
         payload = {
             "job_id": event.job_id,
             "cycle": event.cycle,

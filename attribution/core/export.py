@@ -11,11 +11,15 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from attribution.core.background import BackgroundQueue
+
+if TYPE_CHECKING:
+    from attribution.core.engine import VerdictEvent
+
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +87,7 @@ class WebhookExporter:
         )
 
     # --- listener side: never blocks -------------------------------------------------
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: VerdictEvent) -> None:
         self.submit(event_payload(event))
 
     def submit(self, payload: dict[str, Any]) -> None:

@@ -29,10 +29,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+
+if TYPE_CHECKING:
+    from attribution.core.engine import VerdictEvent
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +383,7 @@ class SlackNotifier:
                 log.exception("slack: could not record a sent alert (it may be sent again)")
 
     # ----------------------------------------------------------------- listener side
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: VerdictEvent) -> None:
         """Called by the engine after a verdict is saved. Never raises, never blocks."""
         try:
             self.notify(*event_fields(event))

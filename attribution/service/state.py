@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import storage
-from attribution.core.engine import AttributionEngine
+from attribution.core.engine import AttributionEngine, VerdictEvent
 from attribution.core.listeners import close_listeners, install_listeners
 from attribution.service.coalesce import Coalescer
 from attribution.service.confined import is_confined_file, open_confined
@@ -107,7 +107,7 @@ class ServiceState:
             on_llm_result=self._after_enrichment,
         )
 
-    def _after_enrichment(self, event: Any, result: Any) -> None:
+    def _after_enrichment(self, event: VerdictEvent, result: dict[str, Any]) -> None:
         """The LLM may have replaced the stored verdict: refresh the in-memory copy."""
         tl = self.tracked_key(event.job_id, event.cycle)
         rec = self.repo.get_cycle(event.job_id, event.cycle)
