@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
-from attribution.service.errors import ERROR_RESPONSES, ApiError
-from attribution.service.routes_nvrx import state_of
-from attribution.service.validation import MAX_CYCLE, check_job_id
+from attribution.service.deps import CycleNo, JobId, StateDep
+from attribution.service.errors import ERROR_RESPONSES
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
@@ -44,12 +43,9 @@ class JobEnd(BaseModel):
 
 
 @router.post("/jobs/{job_id}/cycles/{cycle}/end")
-async def end_cycle(job_id: str, cycle: int, body: CycleEnd, request: Request) -> dict[str, Any]:
+async def end_cycle(job_id: JobId, cycle: CycleNo, body: CycleEnd, st: StateDep) -> dict[str, Any]:
     """Record the end of a cycle (created when unknown); its verdict, if any, is kept."""
-    check_job_id(job_id)
-    if not 0 <= cycle <= MAX_CYCLE:
-        raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
-    engine = state_of(request).engine  # stores a succeeded cycle's straggler scores too
+    engine = st.engine  # stores a succeeded cycle's straggler scores too
     await asyncio.to_thread(
         engine.end_cycle, job_id, cycle, body.outcome, reason=body.reason, ended_at=body.ended_at
     )
@@ -57,9 +53,8 @@ async def end_cycle(job_id: str, cycle: int, body: CycleEnd, request: Request) -
 
 
 @router.post("/jobs/{job_id}/end")
-async def end_job(job_id: str, body: JobEnd, request: Request) -> dict[str, Any]:
+async def end_job(job_id: JobId, body: JobEnd, st: StateDep) -> dict[str, Any]:
     """Record the job's final state and exit code (a later verdict does not undo it)."""
-    check_job_id(job_id)
-    repo = state_of(request).repo
+    repo = st.repo
     await asyncio.to_thread(repo.end_job, job_id, body.state, body.exit_code, reason=body.reason)
     return {"job_id": job_id, "state": body.state, "exit_code": body.exit_code}

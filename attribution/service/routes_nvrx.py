@@ -7,20 +7,17 @@ import os
 from concurrent.futures import Future
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
+from attribution.service.deps import StateDep
 from attribution.service.errors import ERROR_RESPONSES, ApiError
 from attribution.service.paths import confine
 from attribution.service.schemas import Health, LogResult, LogSubmission, SubmitResponse
-from attribution.service.state import ServiceState, recommendation
+from attribution.service.state import recommendation
 from attribution.service.tracker import TrackedLog
 
 router = APIRouter()
-
-
-def state_of(request: Request) -> ServiceState:
-    return request.app.state.service
 
 
 async def wait_future(fut: Future[Any], timeout_s: float) -> None:
@@ -83,17 +80,16 @@ def log_answer(tl: TrackedLog) -> dict[str, Any]:
     responses={503: {"model": Health, "description": "status fail"}},
     tags=["nvrx"],
 )
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(st: StateDep) -> JSONResponse:
     """Service health: `ok`, `degraded` (serving, with issues) or `fail`."""
-    body = state_of(request).health()
+    body = st.health()
     return JSONResponse(body, status_code=200 if body["status"] != "fail" else 503)
 
 
 @router.post("/logs", response_model=SubmitResponse, responses=ERROR_RESPONSES, tags=["nvrx"])
-async def post_logs(body: LogSubmission, request: Request) -> dict[str, Any]:
+async def post_logs(body: LogSubmission, st: StateDep) -> dict[str, Any]:
     """Register a cycle log; `terminal` starts the final analysis, `progressive` reads it
     as it grows. Returns at once."""
-    st = state_of(request)
     return await asyncio.to_thread(
         st.submit_log,
         body.log_path,
@@ -106,13 +102,12 @@ async def post_logs(body: LogSubmission, request: Request) -> dict[str, Any]:
 
 @router.get("/logs", response_model=LogResult, responses=ERROR_RESPONSES, tags=["nvrx"])
 async def get_logs(
-    request: Request,
+    st: StateDep,
     log_path: str = Query(..., description="the path used in POST /logs"),
     wait: bool = Query(True, description="wait for the verdict (starts the analysis if needed)"),
     timeout: float | None = Query(None, gt=0, description="longest wait in seconds"),
 ) -> dict[str, Any]:
     """The verdict of a submitted log: `pending` or `completed` with a recommendation."""
-    st = state_of(request)
     path = confine(log_path, st.settings.allowed_roots, must_exist=False)  # a few syscalls
     tl = st.tracked(str(path)) or await asyncio.to_thread(st.find_by_path, path)
     if tl is None:

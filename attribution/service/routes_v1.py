@@ -18,8 +18,9 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from attribution.core.files import safe_name
+from attribution.service.deps import CycleNo, JobId, StateDep
 from attribution.service.errors import ERROR_RESPONSES, ApiError
-from attribution.service.routes_nvrx import state_of, still_running, wait_future
+from attribution.service.routes_nvrx import still_running, wait_future
 from attribution.service.schemas import (
     FRAnswer,
     NodeHealthAnswer,
@@ -28,7 +29,6 @@ from attribution.service.schemas import (
 )
 from attribution.service.state import ServiceState
 from attribution.service.tracker import TrackedLog
-from attribution.service.validation import MAX_CYCLE, check_job_id
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
@@ -37,7 +37,6 @@ MAX_FR_FILES = 8192
 
 
 def _job(st: ServiceState, job_id: str) -> dict[str, Any]:
-    check_job_id(job_id)
     for job in st.repo.list_jobs():
         if job.job_id == job_id:
             return job.to_dict()
@@ -45,30 +44,22 @@ def _job(st: ServiceState, job_id: str) -> dict[str, Any]:
 
 
 def _cycle(st: ServiceState, job_id: str, cycle: int) -> Any:
-    check_job_id(job_id)
     rec = st.repo.get_cycle(job_id, cycle)
     if rec is None:
         raise ApiError("not_found", f"unknown cycle {cycle} of job {job_id!r}")
     return rec
 
 
-def _cycle_path(cycle: int) -> int:
-    if not 0 <= cycle <= MAX_CYCLE:
-        raise ApiError("invalid_parameter", "cycle must be a non-negative integer")
-    return cycle
-
-
 @router.get("/jobs")
-async def list_jobs(request: Request) -> dict[str, Any]:
+async def list_jobs(st: StateDep) -> dict[str, Any]:
     """All jobs with their state and last verdict."""
-    jobs = await asyncio.to_thread(state_of(request).repo.list_jobs)
+    jobs = await asyncio.to_thread(st.repo.list_jobs)
     return {"jobs": [j.to_dict() for j in jobs]}
 
 
 @router.get("/jobs/{job_id}")
-async def get_job(job_id: str, request: Request) -> dict[str, Any]:
+async def get_job(job_id: JobId, st: StateDep) -> dict[str, Any]:
     """One job and its cycles (summaries, without the full verdicts)."""
-    st = state_of(request)
     job = await asyncio.to_thread(_job, st, job_id)
     cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
     job["cycle_list"] = [_summary(c) for c in cycles]
@@ -83,32 +74,28 @@ def _summary(rec: Any) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job_id}/cycles")
-async def list_cycles(job_id: str, request: Request) -> dict[str, Any]:
+async def list_cycles(job_id: JobId, st: StateDep) -> dict[str, Any]:
     """The cycles of one job, oldest first."""
-    st = state_of(request)
     await asyncio.to_thread(_job, st, job_id)
     cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
     return {"job_id": job_id, "cycles": [_summary(c) for c in cycles]}
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}")
-async def get_cycle(job_id: str, cycle: int, request: Request) -> dict[str, Any]:
+async def get_cycle(job_id: JobId, cycle: CycleNo, st: StateDep) -> dict[str, Any]:
     """One cycle with its verdict, evidence, FR findings and LLM enrichment."""
-    rec = await asyncio.to_thread(_cycle, state_of(request), job_id, _cycle_path(cycle))
+    rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
     return rec.to_dict()
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}/verdict", response_model=VerdictAnswer)
 async def get_verdict(
-    job_id: str,
-    cycle: int,
-    request: Request,
+    job_id: JobId,
+    cycle: CycleNo,
+    st: StateDep,
     wait: bool = Query(False, description="wait for an analysis in flight"),
 ) -> dict[str, Any] | JSONResponse:
     """The verdict of one cycle: `pending` while it is being analysed."""
-    st = state_of(request)
-    check_job_id(job_id)
-    _cycle_path(cycle)
     tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
     if tl is None:
         await asyncio.to_thread(_cycle, st, job_id, cycle)  # 404 if unknown
@@ -141,9 +128,9 @@ async def get_verdict(
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}/evidence")
-async def get_evidence(job_id: str, cycle: int, request: Request) -> dict[str, Any]:
+async def get_evidence(job_id: JobId, cycle: CycleNo, st: StateDep) -> dict[str, Any]:
     """The evidence lines of one cycle's verdict (primary first), cascades and FR findings."""
-    rec = await asyncio.to_thread(_cycle, state_of(request), job_id, _cycle_path(cycle))
+    rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
     verdict = rec.verdict or {}
     return {
         "job_id": job_id,
@@ -157,7 +144,7 @@ async def get_evidence(job_id: str, cycle: int, request: Request) -> dict[str, A
 
 @router.get("/search")
 async def search(
-    request: Request,
+    st: StateDep,
     fingerprint: str | None = Query(None, max_length=4096),
     failure_class: str | None = Query(None, max_length=128),
     limit: int = Query(100, ge=1, le=1000),
@@ -165,7 +152,6 @@ async def search(
     """Cycles across all jobs with this fingerprint and/or failure class, newest first."""
     if fingerprint is None and failure_class is None:
         raise ApiError("invalid_parameter", "give fingerprint and/or failure_class")
-    st = state_of(request)
     rows = await asyncio.to_thread(
         st.repo.search, fingerprint=fingerprint, failure_class=failure_class, limit=limit
     )
@@ -173,9 +159,9 @@ async def search(
 
 
 @router.get("/stats")
-async def stats(request: Request) -> dict[str, Any]:
+async def stats(st: StateDep) -> dict[str, Any]:
     """Counters: analyses started, requests coalesced, cache hits, tracked logs, exports."""
-    return state_of(request).stats()
+    return st.stats()
 
 
 def upload_path(st: ServiceState, job_id: str, cycle: int) -> Path:
@@ -232,8 +218,9 @@ def _install_upload(tl: TrackedLog, tmp: Path, dest: Path, append: bool) -> None
     },
 )
 async def upload_log(
-    job_id: str,
-    cycle: int,
+    job_id: JobId,
+    cycle: CycleNo,
+    st: StateDep,
     request: Request,
     append: bool = Query(False, description="append to what was uploaded before"),
     final: bool = Query(True, description="the log is complete: analyse it"),
@@ -243,9 +230,6 @@ async def upload_log(
 
     Send the whole log, or send it in pieces with `append=true&final=false` and end with
     `final=true`: each piece is read incrementally, so the verdict costs only the last one."""
-    st = state_of(request)
-    check_job_id(job_id)
-    _cycle_path(cycle)
     dest = upload_path(st, job_id, cycle)
     tl = st.tracked_key(job_id, cycle)
     if tl is not None and tl.future is not None and not tl.future.done():
@@ -293,16 +277,13 @@ async def upload_log(
 
 @router.post("/jobs/{job_id}/cycles/{cycle}/fr", response_model=FRAnswer)
 async def upload_fr(
-    job_id: str,
-    cycle: int,
-    request: Request,
+    job_id: JobId,
+    cycle: CycleNo,
+    st: StateDep,
     files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
 ) -> dict[str, Any] | JSONResponse:
     """Store Flight Recorder dumps with a cycle, analyse them, and re-decide the cycle's
     verdict with the culprit ranks as evidence (when the cycle's log is known)."""
-    st = state_of(request)
-    check_job_id(job_id)
-    _cycle_path(cycle)
     if not files or len(files) > MAX_FR_FILES:
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
@@ -359,14 +340,11 @@ async def upload_fr(
 
 @router.post("/jobs/{job_id}/cycles/{cycle}/node-health", response_model=NodeHealthAnswer)
 async def post_node_health(
-    job_id: str, cycle: int, report: NodeHealthSubmission, request: Request
+    job_id: JobId, cycle: CycleNo, report: NodeHealthSubmission, st: StateDep
 ) -> dict[str, Any] | JSONResponse:
     """Store a node's health report with a cycle and decide the cycle again so that its
     verdict records the node (when the cycle's log is known); a later report for the same
     node replaces the earlier one."""
-    st = state_of(request)
-    check_job_id(job_id)
-    _cycle_path(cycle)
     record = report.model_dump(mode="json")
     try:
         await asyncio.to_thread(st.engine.store_node_health, job_id, cycle, record)
