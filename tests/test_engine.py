@@ -321,3 +321,27 @@ def test_bad_node_health_records_are_refused_and_lose_nothing(repo, tmp_path):
     with pytest.raises(RuntimeError, match="needs a history repository"):
         AttributionEngine(None).record_node_health("j", 0, SICK_NODE)
     engine.close()
+
+
+def test_persist_false_is_a_dry_run_on_the_same_inputs(repo, tmp_path):
+    """MCP's analyze_log(save=false) path: history and stored FR ranks are read, nothing
+    is written, no listener runs, and the verdict equals the one a save would store."""
+    engine = AttributionEngine(repo)
+    events: list[VerdictEvent] = []
+    engine.add_listener(events.append)
+    log = _write(tmp_path, "c.log", infra_log(last_iteration=100))
+    engine.analyze_cycle("job", 0, log)
+    engine.store_fr_findings("job", 1, {"culprit_ranks": [3]})  # registers cycle 1
+    assert engine.drain(10) and len(events) == 1
+    dry = engine.analyze_cycle("job", 1, log, persist=False)
+    assert engine.drain(10) and len(events) == 1  # nothing published
+    rec = repo.get_cycle("job", 1)
+    assert rec.verdict is None and rec.log_path is None  # nothing saved
+    assert dry["history"]["same_root_prior_cycles"] == 1
+    saved = engine.analyze_cycle("job", 1, log)
+    assert engine.drain(10) and events[-1].inputs.fr_culprit_ranks == (3,)
+    for key in ("decision", "rule", "basis", "history", "fr"):
+        assert dry[key] == saved[key]
+    with pytest.raises(ValueError, match="persist=True needs"):
+        AttributionEngine(None).analyze_cycle("job", 2, log, persist=True)
+    engine.close()
