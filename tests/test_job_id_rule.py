@@ -16,12 +16,7 @@ import pytest
 import storage
 from storage import job_id as job_id_rule
 from tests._launcher_helpers import run_relaunch
-from tests._service_helpers import (  # noqa: F401
-    REPO_ROOT,
-    cli_env,
-    require_restart_agent,
-    service_factory,
-)
+from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent
 
 RULE = "must be letters, digits and ._:@+=-, starting with a letter or digit"
 LOG = "[rank0]: iteration 10/100 | lm loss 3.21\n[rank1]: SyntaxError: invalid syntax (m.py, line 1)\n"
@@ -95,7 +90,7 @@ def test_relaunch_run_refuses_the_id(tmp_path: Path) -> None:
     assert not (tmp_path / "relaunch-logs").exists()
 
 
-def test_http_api_refuses_the_id_and_reaches_a_valid_odd_one(service_factory) -> None:  # noqa: F811
+def test_http_api_refuses_the_id_and_reaches_a_valid_odd_one(service_factory) -> None:
     require_restart_agent()
     svc = service_factory()
     log = svc.root / "exp" / "cycle_0.log"

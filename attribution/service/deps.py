@@ -18,7 +18,7 @@ from attribution.service.validation import MAX_CYCLE, check_job_id
 
 
 def state_of(request: Request) -> ServiceState:
-    return request.app.state.service  # type: ignore[no-any-return]
+    return request.app.state.service
 
 
 def _job_id(job_id: str) -> str:
