@@ -51,7 +51,11 @@ class LineGate:
         self._cache: dict[bytes, bool] = {}
 
     def skip(self, raw: bytes) -> bool:
-        key = raw.translate(_ZEROS)
+        return self.skip_masked(raw.translate(_ZEROS))
+
+    def skip_masked(self, key: bytes) -> bool:
+        """`skip(raw)` given `raw.translate(_ZEROS)` (the scanner masks once for this and
+        for `restart_agent.outcomes`)."""
         if len(key) > MAX_KEY:
             return self._decide(key)
         got = self._cache.get(key)

@@ -8,9 +8,11 @@ rank apart (tracebacks of several ranks interleave) and turns pattern matches in
 `restart_agent.facts` and torch elastic's exit reports to `restart_agent.elastic`, and
 records how each evidence line's rank was known (`rank_source`).
 
-Dense failure output (every rank printing a traceback) is cheap: traceback frame lines
-take `frame()`, which remembers what each line head says and keeps the frame undecoded;
-an error line's prefix split is remembered per head; evidence is built only when kept.
+Dense failure output (every rank printing a traceback) is cheap: the scanner hands runs
+of one rank's frame lines over as byte spans (`add_span`, restart_agent.frames), other
+frame lines take `frame()`, which remembers what each line head says and keeps the frame
+undecoded; an error line whose outcome is known under its digit mask takes `known()`
+(restart_agent.outcomes); evidence is built only when kept.
 """
 
 from __future__ import annotations
@@ -24,20 +26,29 @@ from restart_agent.elastic import ElasticReader
 from restart_agent.facts import PREFIX as FACT_PREFIX
 from restart_agent.facts import FactCollector
 from restart_agent.fingerprint import entity_of
+from restart_agent.frames import (
+    MAX_FRAMES,
+    MAX_TEXT,
+    PendingSpan,
+    Span,
+    Trace,
+    frame_text,
+    span_of,
+    started,
+)
 from restart_agent.model import CascadeGroup, Evidence
+from restart_agent.outcomes import ELASTIC_WORDS, MESSAGE_RANK, NOTHING, SRUN_TASK, Outcomes
+from restart_agent.outcomes import TRACEBACK as _TRACEBACK
 from restart_agent.prefixes import bounded_int, split_prefix
 from restart_agent.registry import PatternRow, Registry
 from restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
 from restart_agent.taxonomy import taxonomy
 
-MAX_TEXT = 500  # characters of a line kept in evidence
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
 MAX_CASCADE_EVIDENCE = 4096  # first cascade per (class, rank), bounded
 MAX_DIAGNOSTICS = 64
-MAX_FRAMES = 16
+__all__ = ["ELASTIC_WORDS", "MAX_FRAMES", "MAX_TEXT", "READS", "LineInterpreter"]
 
-_TRACEBACK = "Traceback (most recent call last):"
-ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_agent.elastic
 # Literals of every line `line()` reads besides pattern matches: traceback headers and
 # frames, launcher facts, torch elastic's exit reports. The scanner's line gate
 # (restart_agent.linegate) never drops a line holding one; keep this in step with `line()`.
@@ -46,21 +57,15 @@ _ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
 _FRAME_BYTES = b'File "'
 # frame(): lines left to line() (NUL, CR, a word of torch elastic's reports)
 _FRAME_SKIP = re.compile(b"[\\x00\\r]|" + "|".join(re.escape(w) for w in ELASTIC_WORDS).encode())
+_HEAD_SKIP = re.compile(b"[\\x00\\r]")
 _LAZY_FRAME = MAX_TEXT  # frame(): bytes of a frame kept undecoded (no more than line() keeps)
 MAX_HEADS = 1 << 12  # distinct line heads (and frame tails) remembered
 MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
-# a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
-_MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
-# srun --label's own report of a task (= global rank under srun) that died
-_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
+_MESSAGE_RANK = MESSAGE_RANK
+_SRUN_TASK = SRUN_TASK
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
-
-
-def _frame_text(t: str | bytes) -> str:
-    """A frame's text: as `line()` keeps it, from the bytes `frame()` kept (from `File "`
-    on; the ASCII head before it decodes on its own, so the rest decodes the same)."""
-    return t if isinstance(t, str) else t.decode("utf-8", "replace").rstrip()[:MAX_TEXT]
+_frame_text = frame_text
 
 
 def is_user_frame(path: str) -> bool:
@@ -97,9 +102,10 @@ class LineInterpreter:
     _groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     _root_keys: set[tuple[int | None, str]] = field(default_factory=set)
     _cascade_keys: set[tuple[str, int | None]] = field(default_factory=set)
-    # traceback frames per rank: (line, text), the text as bytes from frame() (`_frame_text`)
-    _tb: dict[int | None, list[tuple[int, str | bytes]]] = field(default_factory=dict)
+    # the current traceback's frames per rank (restart_agent.frames)
+    _tb: dict[int | None, Trace] = field(default_factory=dict)
     _selector: RowSelector | None = None
+    _outcomes: Outcomes | None = None
     # frame(): what the part of a frame line before `File "` says (see there)
     _heads: dict[bytes, tuple[int | None, bool] | None] = field(default_factory=dict)
     _tails: dict[bytes, bool] = field(default_factory=dict)  # frame(): the rest of the line
@@ -137,31 +143,97 @@ class LineInterpreter:
             self._tails[tail] = fine
         if not fine:
             return False
-        head = raw[:i]
+        got = self.frame_head(raw[:i])
+        if got is None:
+            return False
+        key = got[0]
+        frames = self._tb.get(key)
+        if frames is None:
+            self._tb[key] = started(lineno, tail)
+        else:
+            frames.add(lineno, tail)
+        return True
+
+    def frame_head(self, head: bytes) -> tuple[int | None, bool] | None:
+        """What `frame()` makes of a frame line's head (the bytes before `File "`): (rank,
+        True), or None when such lines go to `line()`. Remembered per head."""
         got = self._heads.get(head, _Miss.MISS)
         if got is _Miss.MISS:
             got = None
-            if head.isascii() and not _FRAME_SKIP.search(head):
-                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            # NUL or CR: line() rewrites the line; the head is not in the body, so torch
+            # elastic's words there (`[rank 3]:`) do not matter
+            if len(head) <= MAX_HEAD and head.isascii() and not _HEAD_SKIP.search(head):
+                text = (head + _FRAME_BYTES).decode()
                 split = split_prefix(text)
                 start = len(text) - len(split.body)
+                i = len(head)
                 ok = not split.launcher and not text.startswith(FACT_PREFIX)
                 if ok and not text[start:i].strip():
                     got = split.rank, True
             if len(self._heads) >= MAX_HEADS:
                 self._heads.clear()
             self._heads[head] = got
-        if got is None:
-            return False
-        key = got[0]
+        return got
+
+    def add_span(self, key: int | None, span: Span) -> None:
+        """Frame lines of rank `key` that the scanner verified `frame()` would take one by
+        one (same head, see `restart_agent.scanner`), as one span."""
         frames = self._tb.get(key)
         if frames is None:
-            self._tb[key] = [(lineno, tail)]
-        else:
-            frames.append((lineno, tail))
-            if len(frames) > MAX_FRAMES + 1:
-                del frames[1:2]
+            frames = self._tb[key] = Trace()
+        frames.add_span(span)
+
+    def outcomes(self) -> Outcomes:
+        got = self._outcomes
+        if got is None:
+            selector = self._selector
+            if selector is None:
+                selector = self._selector = RowSelector(self.registry)
+            got = self._outcomes = Outcomes(selector)
+        return got
+
+    def known(self, raw: bytes, masked: bytes, lineno: int, hints: frozenset[str] | None) -> bool:
+        """`line(raw, lineno, hints)` for a line whose outcome is known under its digit mask
+        `masked` (restart_agent.outcomes); False (nothing done) when it is not."""
+        outcomes = self._outcomes or self.outcomes()
+        got = outcomes.get(raw, masked, hints)
+        if got is None:
+            return False
+        if got is not NOTHING:
+            self.apply(got, raw, lineno)
         return True
+
+    def apply(
+        self,
+        got: tuple[Any, ...],
+        raw: bytes,
+        lineno: int,
+        span_key: int | None = None,
+        span: PendingSpan | None = None,
+    ) -> None:
+        """What `line(raw, lineno)` does for a line whose outcome `got` matched a row
+        (restart_agent.outcomes). `span`: frame lines of rank `span_key` right before the
+        line, not handed over yet (`add_span`); made into a `Span` only if it is kept (as
+        this line's context, or for a later line of that rank)."""
+        row, bs, be, ka, ke, ra, re_, source, ms, me, na, ne, fp = got
+        key = int(raw[ka:ke]) if ka >= 0 else None
+        if span is not None and span_key != key:
+            self.add_span(span_key, span_of(span))
+            span = None
+        rank = key if ra == ka else int(raw[ra:re_])
+        if fp is None:
+            fp = fingerprint(row.failure_class, raw[ms:me].decode("ascii"))
+        node = raw[na:ne].decode("ascii") if na >= 0 else None
+        frames = self._tb.pop(key, None)
+        body = raw[bs:be].decode("ascii")
+        if not self._count(row, rank, fp, node, lineno, body):
+            return
+        if span is not None:
+            frames = frames or Trace()
+            frames.add_span(span_of(span))
+        m = row.regex.search(body)
+        assert m is not None  # the outcome says this row matches (same offsets)
+        self._keep(self._evidence(row, body, lineno, rank, source, fp, node, m.groupdict(), frames))
 
     def line(self, raw: bytes, lineno: int, hints: set[str] | frozenset[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
@@ -188,16 +260,14 @@ class LineInterpreter:
         if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
         if body.startswith(_TRACEBACK):
-            self._tb[key] = [(lineno, body[:MAX_TEXT])]
+            self._tb[key] = started(lineno, body[:MAX_TEXT])
             return
         if body.startswith('File "'):
             frames = self._tb.get(key)
             if frames is None:  # header not seen (not a trigger): the first frame opens it
-                self._tb[key] = [(lineno, body[:MAX_TEXT])]
+                self._tb[key] = started(lineno, body[:MAX_TEXT])
             else:
-                frames.append((lineno, body[:MAX_TEXT]))
-                if len(frames) > MAX_FRAMES + 1:
-                    del frames[1:2]
+                frames.add(lineno, body[:MAX_TEXT])
             return
         selector = self._selector
         if selector is None:
@@ -267,14 +337,14 @@ class LineInterpreter:
         fp: str,
         node: str | None,
         groups: dict[str, str | None],
-        lazy: list[tuple[int, str | bytes]] | None,
+        trace: Trace | None,
     ) -> Evidence:
         """The evidence of a matched line (built only for evidence that is kept)."""
         context: list[dict[str, object]] = []
         user_frame = None
         recoverability = row.recoverability
-        if lazy is not None:
-            frames = [(n, _frame_text(t)) for n, t in lazy]
+        if trace is not None:
+            frames = [(n, _frame_text(t)) for n, t in trace.frames()]
             context = [{"line": n, "text": t} for n, t in frames]
             fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
             if taxonomy().validates_config(row.id, fns):

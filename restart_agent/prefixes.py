@@ -49,18 +49,21 @@ class Split:
     rank: int | None
     body: str
     launcher: bool
+    rank_at: int = -1  # where the rank's digits start in the line (-1: no rank)
 
 
-def _one(line: str) -> tuple[int, str, bool] | None:
-    """(rank, rest, is a `[rank N]` form) of one rank prefix at the start of `line`."""
+def _one(line: str) -> tuple[int, str, bool, int] | None:
+    """(rank, rest, is a `[rank N]` form, where the rank's digits start) of one rank prefix
+    at the start of `line`."""
     m = _PREFIX.match(line)
     if m is None:
         return None
-    rank = int(m.group("r1") or m.group("r2") or m.group("r3"))
+    group = "r1" if m.group("r1") else "r2" if m.group("r2") else "r3"
+    rank = int(m.group(group))
     body = line[m.end() :]
     if body.startswith(" "):
         body = body[1:]
-    return rank, body, line.startswith("[rank")
+    return rank, body, line.startswith("[rank"), m.start(group)
 
 
 def split_prefix(line: str) -> Split:
@@ -68,24 +71,31 @@ def split_prefix(line: str) -> Split:
 
     A glued stream tag (`[stderr]`, `[stdout]`) is dropped first. Stacked prefixes
     (`15: [rank15]:`, `[default0]:[rank12]:`) are both removed; torch's own `[rank N]`
-    (the global rank) wins over an outer label (srun task, torchrun local rank).
+    (the global rank) wins over an outer label (srun task, torchrun local rank). The body
+    is always a suffix of `line`; `rank_at` says where the rank's digits are in `line`.
     """
     stream = _STREAM.match(line)
+    at = 0
     if stream:
-        line = line[stream.end() :]
+        at = stream.end()
+        line = line[at:]
     outer = _one(line)
     if outer is not None:
-        rank, body, _ = outer
+        rank, body, _, rank_at = outer
+        rank_at += at
         inner = _one(body)
         if inner is not None:
-            body = inner[1]
             if inner[2]:
                 rank = inner[0]
+                rank_at = at + len(line) - len(body) + inner[3]
+            body = inner[1]
         lm = _LAUNCHER.match(body)
-        return Split(rank, body, bool(lm))
+        return Split(rank, body, bool(lm), rank_at)
     if _LAUNCHER.match(line):
         rm = _LAUNCHER_RANK.search(line)
-        return Split(int(rm.group(1)) if rm else None, line.lstrip(), True)
+        if rm is None:
+            return Split(None, line.lstrip(), True)
+        return Split(int(rm.group(1)), line.lstrip(), True, at + rm.start(1))
     return Split(None, line, False)
 
 

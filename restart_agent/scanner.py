@@ -27,8 +27,10 @@ import os
 import re
 from typing import Literal
 
+from restart_agent.blocks import Blocks, frames_refused
+from restart_agent.frames import Span
 from restart_agent.linegate import LineGate
-from restart_agent.lines import READS, LineInterpreter
+from restart_agent.lines import MAX_HEAD, READS, LineInterpreter
 from restart_agent.model import CycleEvidence, Evidence
 from restart_agent.progress import ProgressTracker
 from restart_agent.ranks import RankCollector
@@ -40,7 +42,10 @@ _JOIN = b"\x00"  # joins head and tail of a cut line (no trigger or pattern cont
 
 # Lines that give tracebacks their context; looked at even though no pattern row needs them.
 CONTEXT_TRIGGERS = ('File "',)
-_FRAME = CONTEXT_TRIGGERS[0].encode()
+_FRAME_STR = CONTEXT_TRIGGERS[0]
+_FRAME = _FRAME_STR.encode()
+_FRAME_RX = re.compile(re.escape(_FRAME))
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")  # the line gate's digit mask
 
 
 def compile_prefilter(triggers: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...]:
@@ -80,10 +85,13 @@ class LogScanner:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
-        self._hint_sets = {t.encode(): frozenset([t]) for t in self.registry.prefilter}
-        self._frame_pass = next(rx for rx in self._passes if rx.search(_FRAME))
+        self._trigger_passes = compile_prefilter(self.registry.prefilter)
+        self._hint_sets: dict[bytes | frozenset[bytes], frozenset[str]] = {
+            t.encode(): frozenset([t]) for t in self.registry.prefilter
+        }
         self._interp = LineInterpreter(self.registry)
         self._gate = LineGate(self.registry, READS)
+        self._blocks = Blocks(self._interp, self._gate)
         self._progress = ProgressTracker(self.registry.dialects)
         self._parts: list[bytes] = []  # pieces of the pending partial line
         self._plen = 0
@@ -177,114 +185,145 @@ class LogScanner:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
         self._ranks.region(region)
-        starts, frames = self._candidates(region)
-        if frames:
-            pos, count = self._with_frames(region, base, starts, frames)
-        elif starts:
-            pos, count = self._without_frames(region, base, starts)
+        starts = self._candidates(region)
+        frames = _FRAME in region
+        if frames or starts:
+            pos, count = self._walk(region, base, starts, frames)
         else:
             pos, count = 0, 0  # newlines before `pos`
         newlines = count + region.count(b"\n", pos)
         self._progress.region(region, base, _line_at, newlines)
         self._lines = base + newlines - 1
 
-    def _without_frames(
-        self, region: bytes, base: int, starts: dict[int, set[bytes]]
+    def _walk(
+        self, region: bytes, base: int, starts: dict[int, bytes | frozenset[bytes]], frames: bool
     ) -> tuple[int, int]:
-        """Hand the candidate lines of a region without traceback frames to `line()`; the
-        last line start handed and the newlines before it."""
+        """Hand the candidate lines of a region to the interpreter in order, and the
+        traceback frame lines between them; the last line start handed and the newlines
+        before it. A run of frame lines and the candidate line after it go as one block
+        where `restart_agent.blocks` can take them; other frame lines go to `_frames`. A
+        candidate line is dropped when the gate says no row can match it; one whose
+        outcome is known under its digit mask takes `known()`, the rest `line()`."""
         pos, count = 0, 0  # newlines before `pos`
-        line = self._interp.line
-        skip = self._gate.skip
-        hint_sets = self._hint_sets
+        it = self._interp
+        line, known = it.line, it.known
+        take = self._blocks.take
+        gate = self._gate.skip_masked
+        hints_of = self._hints_of
+        find = region.find
+        after = 1  # start of the first line not handed yet
         for s in sorted(starts):
-            end = region.find(b"\n", s)
+            found = starts[s]
+            end = find(b"\n", s)
+            if frames and s > after:
+                f = find(_FRAME, after, s)
+                if f >= 0:
+                    hs = region.rfind(b"\n", after - 1, f) + 1
+                    c = count + region.count(b"\n", pos, s)
+                    if take(region, hs, s, end, found, hints_of(found), base + c):
+                        pos, count, after = s, c, end + 1
+                        continue
+                    pos, count = self._frames(region, base, after, s, pos, count)
+            after = end + 1
             raw = region[s:end]
-            hints: set[str] | frozenset[str] | bool | None
+            hints: frozenset[str] | set[str] | bool
             if len(raw) > HEAD + TAIL:
                 raw = _cut(raw)
                 hints = self._hints(raw)
                 if hints is False:
                     continue
-            else:
-                if skip(raw):
-                    continue
-                found = starts[s]
-                hints = hint_sets.get(next(iter(found))) if len(found) == 1 else None
-                hints = hints or {t.decode() for t in found}
-            count += region.count(b"\n", pos, s)
-            pos = s
-            line(raw, base + count, hints)
-        return pos, count
-
-    def _with_frames(
-        self, region: bytes, base: int, starts: dict[int, set[bytes]], frames: dict[int, int]
-    ) -> tuple[int, int]:
-        """`_without_frames` for a region with frame lines: those go to
-        `LineInterpreter.frame()` (or, if it declines, to `line()`), never skipped."""
-        pos, count = 0, 0
-        line = self._interp.line
-        frame = self._interp.frame
-        skip = self._gate.skip
-        hint_sets = self._hint_sets
-        for s in sorted(starts.keys() | frames.keys()):
-            end = region.find(b"\n", s)
-            raw = region[s:end]
-            found = starts.get(s)
-            hints: set[str] | frozenset[str] | bool | None
-            if len(raw) > HEAD + TAIL:
-                raw = _cut(raw)
-                hints = self._hints(raw)
-                if hints is False:
-                    continue
-            elif found is None or s in frames:  # frames are context: never skipped
                 count += region.count(b"\n", pos, s)
                 pos = s
-                if not frame(raw, base + count):
-                    found = found or set()
-                    found.add(_FRAME)
-                    line(raw, base + count, {t.decode() for t in found})
+                line(raw, base + count, hints)
                 continue
-            else:
-                if skip(raw):
-                    continue
-                hints = hint_sets.get(next(iter(found))) if len(found) == 1 else None
-                hints = hints or {t.decode() for t in found}
+            if frames and _FRAME in raw:  # a frame line with a trigger: frame context first
+                count += region.count(b"\n", pos, s)
+                pos = s
+                if not it.frame(raw, base + count):
+                    line(raw, base + count, hints_of(found) | {_FRAME_STR})
+                continue
+            masked = raw.translate(_ZEROS)
+            if gate(masked):
+                continue
+            hints = hints_of(found)
             count += region.count(b"\n", pos, s)
             pos = s
-            line(raw, base + count, hints)
+            if not known(raw, masked, base + count, hints):
+                line(raw, base + count, hints)
+        if frames and find(_FRAME, after) >= 0:
+            pos, count = self._frames(region, base, after, len(region), pos, count)
         return pos, count
 
-    def _candidates(self, region: bytes) -> tuple[dict[int, set[bytes]], dict[int, int]]:
-        """(line start -> the triggers found in that line, line start -> the position of
-        `File "` in it); a traceback frame line is only in the second unless it holds
-        another trigger too."""
-        starts: dict[int, set[bytes]] = {}
-        frames: dict[int, int] = {}
-        rfind = region.rfind
-        for rx in self._passes:
-            if rx is self._frame_pass:
-                for m in rx.finditer(region):
-                    g = m.group()
-                    at = m.start()
-                    s = rfind(b"\n", 0, at) + 1
-                    if g == _FRAME:
-                        frames[s] = at
-                        continue
-                    got = starts.get(s)
-                    if got is None:
-                        starts[s] = {g}
-                    else:
-                        got.add(g)
+    def _hints_of(self, found: bytes | frozenset[bytes]) -> frozenset[str]:
+        """The triggers of a candidate line as `LineInterpreter` takes them (strings)."""
+        got = self._hint_sets.get(found)
+        if got is None:
+            got = frozenset(t.decode() for t in found)  # type: ignore[union-attr]
+            if len(self._hint_sets) < 4096:
+                self._hint_sets[found] = got
+        return got
+
+    def _frames(
+        self, region: bytes, base: int, a: int, b: int, pos: int, count: int
+    ) -> tuple[int, int]:
+        """The traceback frame lines among the lines `region[a:b]` (no candidate among
+        them). Where every line there holding `File "` holds it once, right after the same
+        head, and nothing `frame()` refuses is there (`blocks.frames_refused`), `frame()`
+        would take each one for the same rank: they go over as one span
+        (`restart_agent.frames`), with a few C-level searches and no loop over them.
+        Otherwise each goes to `frame()` (or `line()`) as a candidate would."""
+        f = region.find(_FRAME, a, b)
+        hs = region.rfind(b"\n", a - 1, f) + 1
+        head = region[hs:f]
+        n = region.count(_FRAME, a, b)
+        got = None
+        if (
+            len(head) <= MAX_HEAD
+            and region.count(b"\n" + head + _FRAME, a - 1, b) == n
+            and not frames_refused(region[hs:b], head)
+        ):
+            got = self._interp.frame_head(head)
+        if got is not None:
+            end = region.find(b"\n", region.rfind(_FRAME, a, b))
+            count += region.count(b"\n", pos, hs)
+            pos = hs
+            self._interp.add_span(got[0], Span(base + count, region[hs:end], len(head), n))
+            return pos, count
+        it = self._interp
+        s0 = -1
+        for m in _FRAME_RX.finditer(region, a, b):
+            s = region.rfind(b"\n", 0, m.start()) + 1
+            if s == s0:
                 continue
+            s0 = s
+            raw = region[s : region.find(b"\n", s)]
+            count += region.count(b"\n", pos, s)
+            pos = s
+            if len(raw) > HEAD + TAIL:
+                raw = _cut(raw)
+                hints = self._hints(raw)
+                if hints is not False:
+                    it.line(raw, base + count, hints)
+            elif not it.frame(raw, base + count):
+                it.line(raw, base + count, {_FRAME_STR})
+        return pos, count
+
+    def _candidates(self, region: bytes) -> dict[int, bytes | frozenset[bytes]]:
+        """Line start -> the trigger found in that line (a frozenset when several are);
+        traceback frames are found between candidates, by `_walk`."""
+        starts: dict[int, bytes | frozenset[bytes]] = {}
+        rfind = region.rfind
+        get = starts.get
+        for rx in self._trigger_passes:
             for m in rx.finditer(region):
                 s = rfind(b"\n", 0, m.start()) + 1
-                got = starts.get(s)
+                g = m.group()
+                got = get(s)
                 if got is None:
-                    starts[s] = {m.group()}
-                else:
-                    got.add(m.group())
-        return starts, frames
+                    starts[s] = g
+                elif got != g:
+                    starts[s] = got | {g} if type(got) is frozenset else frozenset((got, g))
+        return starts
 
     def _hints(self, raw: bytes) -> set[str] | Literal[False]:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""

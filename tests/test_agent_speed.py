@@ -43,6 +43,9 @@ class _OpenGate(LineGate):
     def skip(self, raw: bytes) -> bool:
         return False
 
+    def skip_masked(self, key: bytes) -> bool:
+        return False
+
 
 class _UncachedSelector(RowSelector):
     def rows_for(self, body, hints):  # noqa: ANN001, ANN201 - same signature as the parent
@@ -51,11 +54,14 @@ class _UncachedSelector(RowSelector):
 
 def reference(data: bytes) -> CycleEvidence:
     """Line by line, every line handed to the interpreter's full path (`line()`, no frame
-    shortcut, no remembered prefix split), nothing cached (fingerprints neither)."""
+    shortcut or span, no outcome known by digit mask, no remembered prefix split), nothing
+    cached (fingerprints neither)."""
     s = ra.LogScanner()
     s._gate = _OpenGate(s.registry)
     s._interp._selector = _UncachedSelector(s.registry)
     s._interp.frame = lambda raw, lineno: False  # type: ignore[method-assign]
+    s._interp.frame_head = lambda head: None  # type: ignore[method-assign] # no frame spans
+    s._interp.known = lambda raw, masked, lineno, hints: False  # type: ignore[method-assign]
     s._interp._split_by_head = lambda text, hints: None  # type: ignore[method-assign]
     memo = lines_mod.fingerprint
     lines_mod.fingerprint = _fp.fingerprint
@@ -148,6 +154,9 @@ def test_reference_really_differs_from_a_broken_gate(tmp_path: Path) -> None:
 
     class _Closed(LineGate):
         def skip(self, raw: bytes) -> bool:
+            return True
+
+        def skip_masked(self, key: bytes) -> bool:
             return True
 
     s = ra.LogScanner()
@@ -345,21 +354,23 @@ def test_fingerprint_memo_is_exact() -> None:
 
 
 def test_frame_shortcut_matches_line(tmp_path: Path) -> None:
-    """Frames of many ranks (dense shape) reach the shortcut, and the evidence that takes
-    them as context is the reference's."""
+    """Tracebacks of many ranks (dense shape) go over as blocks (restart_agent.blocks:
+    frames and error line together, by their digit mask), and the evidence that takes
+    those frames as context is the reference's."""
     data = _write(tmp_path, "dense.log", _shapes().write_dense, 200_000)
     s = ra.LogScanner()
-    taken = []
-    original = s._interp.frame
+    taken: list[bool] = []
+    take = s._blocks.take
 
-    def spy(raw: bytes, lineno: int) -> bool:
-        ok = original(raw, lineno)
+    def spy(*args: object) -> bool:
+        ok = take(*args)  # type: ignore[arg-type]
         taken.append(ok)
         return ok
 
-    s._interp.frame = spy  # type: ignore[method-assign]
+    s._blocks.take = spy  # type: ignore[method-assign]
     s.feed(data)
     ev = s.finish()
-    assert sum(taken) > 0.9 * len(taken) > 100
+    tracebacks = data.count(b"Traceback (most recent call last):")
+    assert sum(taken) > 0.9 * tracebacks > 100
     assert ev == reference(data)
     assert any(e.context and e.user_frame for e in ev.roots)

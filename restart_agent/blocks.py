@@ -1,0 +1,149 @@
+"""Traceback blocks: one rank's frame lines and the error line after them, as one unit.
+
+Dense failure output is every rank printing the same traceback with its own numbers:
+
+    [rank7]:   File "/work/train.py", line 302, in <module>
+    [rank7]:     main()
+    ...
+    [rank7]: RuntimeError: ... SeqNum=4711 ...
+
+`Blocks.take()` handles such a block (from the first frame line after the previous
+candidate line to the candidate line that ends it) with a few C-level byte operations and
+one dict lookup, instead of visiting its lines. What the scanner would do with it depends
+only on the block with its digits masked (as the line gate masks them: all `0`), except
+for the rank prefix of the frame lines, which is read from the real head:
+
+- the frame part (`_shape`): every line holding `File "` holds it once, after one
+  same masked head, and nothing that `LineInterpreter.frame()` refuses (NUL, CR, a frame
+  text over its limit or holding torch elastic's words) is in it. Then, if the real head
+  is the same on all of them (one `bytes.count`) and `frame()` would take it for a rank
+  (`LineInterpreter.frame_head`, remembered per head), `frame()` would take each of those
+  lines for that rank: they go over as one span (restart_agent.frames), copied only if
+  they are kept;
+- the error line: the line gate's answer and its outcome (restart_agent.outcomes, itself
+  remembered per masked line), applied with `LineInterpreter.apply`.
+
+Anything else (a frame line with a trigger, a mixed or refused run, a long block) is left
+to the scanner's general path, which gives the same result line by line
+(`tests/test_agent_speed.py` compares them).
+"""
+
+from __future__ import annotations
+
+import re
+
+from restart_agent.frames import FRAME, MAX_TEXT, PendingSpan, span_of
+from restart_agent.linegate import LineGate
+from restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, LineInterpreter
+from restart_agent.outcomes import NOTHING, ByLiterals
+
+MAX_BLOCK = 4096  # longer blocks take the general path
+MAX_CACHE = 1 << 13  # distinct masked blocks remembered (bounds the memory: ~32 MB)
+# a frame text over the limit of frame() (which leaves it to line())
+LONG_FRAME = re.compile(re.escape(FRAME) + b"[^\n]{%d}" % (MAX_TEXT - len(FRAME) + 1))
+ELASTIC_BYTES = tuple(w.encode() for w in ELASTIC_WORDS)
+
+
+def frames_refused(lines: bytes, head: bytes) -> bool:
+    """Whether `frame()` refuses some frame line among `lines` (whole lines, each line
+    holding `File "` holding it once, right after `head`): a NUL or a CR anywhere (more
+    than `frame()` refuses: only ever sends lines to the general path), a frame text over
+    its limit, or one of torch elastic's words in a frame text (searched with the heads cut
+    off only if one is in the lines at all: relaunch's `[rank 3]:` heads hold `rank `)."""
+    if b"\x00" in lines or b"\r" in lines or LONG_FRAME.search(lines):
+        return True
+    for w in ELASTIC_BYTES:
+        if w in lines:
+            rest = (b"\n" + lines).replace(b"\n" + head, b"\n")
+            return any(x in rest for x in ELASTIC_BYTES)
+    return False
+
+
+class Blocks:
+    """`take(...)`: one traceback block handled as a unit (see the module docstring)."""
+
+    def __init__(self, interp: LineInterpreter, gate: LineGate) -> None:
+        self.interp = interp
+        self.gate = gate
+        # masked block, the line's triggers -> (head length, frames, lines before the
+        # error line, end of the last frame line, gate skips the line, outcome); None:
+        # the general path
+        self._cache: dict[tuple[bytes, object], tuple[object, ...] | None] = {}
+
+    def take(
+        self,
+        region: bytes,
+        hs: int,
+        s: int,
+        end: int,
+        found: object,
+        hints: frozenset[str],
+        lineno: int,
+    ) -> bool:
+        """Hand over the block `region[hs:end]`: frame lines from `hs` (a line start), the
+        candidate line `region[s:end]` (line number `lineno`, triggers `found`, as hint
+        strings `hints`) last. False (nothing done) when it takes the general path."""
+        if end - hs > MAX_BLOCK:
+            return False
+        masked = region[hs:end].translate(_ZEROS)
+        key = (masked, found)
+        got = self._cache.get(key, False)
+        if got is False:
+            got = self._shape(masked, s - hs, region[s:end], hints)
+            if len(self._cache) >= MAX_CACHE:
+                self._cache.clear()
+            self._cache[key] = got
+        if got is None:
+            return False
+        hl, n, k, fe, skip, outcome = got
+        head = region[hs : hs + hl]
+        if region.count(b"\n" + head + FRAME, hs - 1, s) != n:
+            return False  # the heads differ in their digits (several ranks)
+        it = self.interp
+        frame_of = it.frame_head(head)
+        if frame_of is None:
+            return False
+        rank = frame_of[0]
+        pending: PendingSpan = (region, hs, hs + fe, lineno - k, hl, n)
+        if skip:
+            it.add_span(rank, span_of(pending))
+            return True
+        raw = region[s:end]
+        if type(outcome) is ByLiterals:
+            outcome = outcome.get(raw, it._outcomes)  # type: ignore[arg-type]
+        if outcome is None:
+            it.add_span(rank, span_of(pending))
+            it.line(raw, lineno, hints)
+        elif outcome is NOTHING:
+            it.add_span(rank, span_of(pending))
+        else:
+            it.apply(outcome, raw, lineno, rank, pending)
+        return True
+
+    def _shape(
+        self, masked: bytes, at: int, raw: bytes, hints: frozenset[str]
+    ) -> tuple[object, ...] | None:
+        """What is known of a block from its masked form (see `_cache`); `at`: where its
+        candidate line starts, `raw`: that line."""
+        line = masked[at:]
+        lines = masked[:at]
+        if FRAME in line:
+            return None  # a frame line with a trigger: frame() first, in the general path
+        hl = lines.find(FRAME)  # the block starts with the first frame line
+        head = lines[:hl]
+        n = lines.count(FRAME)
+        if (
+            hl > MAX_HEAD
+            or (b"\n" + lines).count(b"\n" + head + FRAME) != n
+            or frames_refused(lines, head)
+        ):
+            return None
+        fe = lines.find(b"\n", lines.rfind(FRAME))
+        k = lines.count(b"\n")
+        if self.gate.skip_masked(line):
+            return hl, n, k, fe, True, None
+        outcomes = self.interp._outcomes or self.interp.outcomes()
+        return hl, n, k, fe, False, outcomes.by_mask(raw, line, hints)
+
+
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")  # the line gate's digit mask
