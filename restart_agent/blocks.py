@@ -31,10 +31,12 @@ to the scanner's general path, which gives the same result line by line
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from restart_agent.frames import FRAME, MAX_TEXT, PendingSpan, span_of
 from restart_agent.linegate import LineGate
-from restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, LineInterpreter
+from restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, MAX_HEADS, LineInterpreter
 from restart_agent.outcomes import NOTHING, ByLiterals
 
 MAX_BLOCK = 4096  # longer blocks take the general path
@@ -62,34 +64,35 @@ def frames_refused(lines: bytes, head: bytes) -> bool:
 class Blocks:
     """`take(...)`: one traceback block handled as a unit (see the module docstring)."""
 
-    def __init__(self, interp: LineInterpreter, gate: LineGate) -> None:
+    def __init__(
+        self,
+        interp: LineInterpreter,
+        gate: LineGate,
+        hints_of: Callable[[Any], frozenset[str]],
+    ) -> None:
+        """`hints_of(found)`: the trigger strings of a candidate line from the scanner's
+        `found` (one trigger as bytes, or a frozenset of them)."""
         self.interp = interp
         self.gate = gate
+        self.hints_of = hints_of
         # masked block, the line's triggers -> (head length, frames, lines before the
         # error line, end of the last frame line, gate skips the line, outcome); None:
         # the general path
-        self._cache: dict[tuple[bytes, object], tuple[object, ...] | None] = {}
+        self._cache: dict[tuple[bytes, object], tuple[Any, ...] | None] = {}
+        # real head -> (the needle that finds a frame line with it, its rank) or None
+        self._heads: dict[bytes, tuple[bytes, int | None] | None] = {}
 
-    def take(
-        self,
-        region: bytes,
-        hs: int,
-        s: int,
-        end: int,
-        found: object,
-        hints: frozenset[str],
-        lineno: int,
-    ) -> bool:
+    def take(self, region: bytes, hs: int, s: int, end: int, found: object, lineno: int) -> bool:
         """Hand over the block `region[hs:end]`: frame lines from `hs` (a line start), the
-        candidate line `region[s:end]` (line number `lineno`, triggers `found`, as hint
-        strings `hints`) last. False (nothing done) when it takes the general path."""
+        candidate line `region[s:end]` (line number `lineno`, triggers `found`) last. False
+        (nothing done) when it takes the general path."""
         if end - hs > MAX_BLOCK:
             return False
         masked = region[hs:end].translate(_ZEROS)
         key = (masked, found)
         got = self._cache.get(key, False)
         if got is False:
-            got = self._shape(masked, s - hs, region[s:end], hints)
+            got = self._shape(masked, s - hs, region[s:end], self.hints_of(found))
             if len(self._cache) >= MAX_CACHE:
                 self._cache.clear()
             self._cache[key] = got
@@ -97,13 +100,13 @@ class Blocks:
             return False
         hl, n, k, fe, skip, outcome = got
         head = region[hs : hs + hl]
-        if region.count(b"\n" + head + FRAME, hs - 1, s) != n:
-            return False  # the heads differ in their digits (several ranks)
+        by_head = self._heads.get(head, False)
+        if by_head is False:
+            by_head = self._head(head)
+        if by_head is None or region.count(by_head[0], hs - 1, s) != n:
+            return False  # refused, or the heads differ in their digits (several ranks)
+        rank = by_head[1]
         it = self.interp
-        frame_of = it.frame_head(head)
-        if frame_of is None:
-            return False
-        rank = frame_of[0]
         pending: PendingSpan = (region, hs, hs + fe, lineno - k, hl, n)
         if skip:
             it.add_span(rank, span_of(pending))
@@ -113,12 +116,20 @@ class Blocks:
             outcome = outcome.get(raw, it._outcomes)  # type: ignore[arg-type]
         if outcome is None:
             it.add_span(rank, span_of(pending))
-            it.line(raw, lineno, hints)
+            it.line(raw, lineno, self.hints_of(found))
         elif outcome is NOTHING:
             it.add_span(rank, span_of(pending))
         else:
             it.apply(outcome, raw, lineno, rank, pending)
         return True
+
+    def _head(self, head: bytes) -> tuple[bytes, int | None] | None:
+        got = self.interp.frame_head(head)
+        by_head = None if got is None else (b"\n" + head + FRAME, got[0])
+        if len(self._heads) >= MAX_HEADS:
+            self._heads.clear()
+        self._heads[head] = by_head
+        return by_head
 
     def _shape(
         self, masked: bytes, at: int, raw: bytes, hints: frozenset[str]

@@ -225,9 +225,20 @@ class LineInterpreter:
             fp = fingerprint(row.failure_class, raw[ms:me].decode("ascii"))
         node = raw[na:ne].decode("ascii") if na >= 0 else None
         frames = self._tb.pop(key, None)
-        body = raw[bs:be].decode("ascii")
-        if not self._count(row, rank, fp, node, lineno, body):
-            return
+        body = None
+        if row.role == "root":  # `_count` for a root, inlined (dense output: most lines)
+            if node:
+                self.nodes.add(node)
+            self.root_count += 1
+            if rank is not None:
+                self.failed_ranks.add(rank)
+            if (rank, fp) in self._root_keys or len(self.roots) >= MAX_ROOTS:
+                return
+        else:
+            body = raw[bs:be].decode("ascii")
+            if not self._count(row, rank, fp, node, lineno, body):
+                return
+        body = body or raw[bs:be].decode("ascii")
         if span is not None:
             frames = frames or Trace()
             frames.add_span(span_of(span))

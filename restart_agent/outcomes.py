@@ -122,7 +122,7 @@ class Outcomes:
 
     def __init__(self, selector: RowSelector) -> None:
         self.selector = selector
-        self._blind = {id(r): digit_blind(r.regex) for r in selector.rows}
+        self._blind: dict[int, bool] = {}  # id(row) -> digit_blind(row.regex), as tried
         lits = [t.encode("ascii") for t in selector._digit_literals]
         self._literals = tuple((t, t.translate(_ZEROS)) for t in lits)
         masked = {m for _, m in self._literals}
@@ -172,8 +172,12 @@ class Outcomes:
         if ELASTIC.search(body) or body.startswith(TRACEBACK) or body.startswith('File "'):
             return None
         rows = self.selector.rows_for(body, hints)
-        if not all(self._blind[id(r)] for r in rows):
-            return None
+        for r in rows:
+            blind = self._blind.get(id(r))
+            if blind is None:
+                blind = self._blind[id(r)] = digit_blind(r.regex)
+            if not blind:
+                return None
         bs = len(text) - len(rest) + (len(rest) - len(rest.lstrip()))
         unprefixed = split.launcher and rest == text.lstrip()
         ka = split.rank_at

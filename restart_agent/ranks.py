@@ -43,7 +43,9 @@ def at_least(n: int) -> str:
             rest = length - i - 1
             alts.append(re.escape(s[:i]) + cls + (rf"\d{{{rest}}}" if rest else ""))
     alts.append(re.escape(s))
-    return "(?:" + "|".join(alts) + r")(?!\d)"
+    # every alternative but the zero-padded one has at least len(s) digits: a lookahead
+    # for them first makes the usual line (a smaller, shorter rank) fail in a step or two
+    return "(?:" + alts[0] + rf"|(?=\d{{{length}}})(?:" + "|".join(alts[1:]) + r"))(?!\d)"
 
 
 class RankCollector:

@@ -83,9 +83,14 @@ class Registry:
     sources: tuple[str, ...] = field(default=())
 
 
+# libyaml's loader where PyYAML has it: the same data, ~10x faster (the pattern table is
+# read at every start of the analyzer, ~50 ms in pure Python)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)  # noqa: S506 - a safe loader
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

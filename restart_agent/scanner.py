@@ -91,7 +91,7 @@ class LogScanner:
         }
         self._interp = LineInterpreter(self.registry)
         self._gate = LineGate(self.registry, READS)
-        self._blocks = Blocks(self._interp, self._gate)
+        self._blocks = Blocks(self._interp, self._gate, self._hints_of)
         self._progress = ProgressTracker(self.registry.dialects)
         self._parts: list[bytes] = []  # pieces of the pending partial line
         self._plen = 0
@@ -220,7 +220,7 @@ class LogScanner:
                 if f >= 0:
                     hs = region.rfind(b"\n", after - 1, f) + 1
                     c = count + region.count(b"\n", pos, s)
-                    if take(region, hs, s, end, found, hints_of(found), base + c):
+                    if take(region, hs, s, end, found, base + c):
                         pos, count, after = s, c, end + 1
                         continue
                     pos, count = self._frames(region, base, after, s, pos, count)
