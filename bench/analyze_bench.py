@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "agent_wall_seconds_all": [round(r["wall_seconds"], 3) for r in runs],
         "agent_scan_seconds": round(statistics.median(r["scan_seconds"] for r in runs), 3),
         "agent_cpu_seconds": round(cpu, 3),
+        "agent_cpu_seconds_all": [round(r["cpu_seconds"], 3) for r in runs],
+        "agent_cpu_seconds_min": round(min(r["cpu_seconds"] for r in runs), 3),
         "agent_mb_per_s": round(size / 1e6 / wall, 1),
         "agent_mb_per_cpu_s": round(size / 1e6 / cpu, 1),
         "agent_matching_lines_per_s": round(grep_count / wall),
@@ -202,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         f"[{args.shape}] agent {result['agent_wall_seconds']}s wall"
         f" ({result['agent_mb_per_s']} MB/s, {result['agent_matching_lines_per_s']} matching"
         f" lines/s), {result['agent_cpu_seconds']}s CPU ({result['agent_mb_per_cpu_s']} MB/s,"
-        f" {result['agent_matching_lines_per_cpu_s']} lines/s on one core),"
+        f" {result['agent_matching_lines_per_cpu_s']} lines/s on one core; min"
+        f" {result['agent_cpu_seconds_min']}s),"
         f" {result['agent_peak_rss_mb']} MB RSS; grep -E -c {result['grep_seconds']}s wall"
         f" {result['grep_cpu_seconds']}s CPU: ratio {result['ratio_agent_over_grep']}x wall,"
         f" {result['ratio_agent_over_grep_cpu']}x CPU; verdict {first['decision']}"

@@ -16,7 +16,11 @@ one feed) is searched with C-level byte operations only:
 
 Of the candidate lines, those no pattern row can match (warnings that merely say
 `error-prone`) are dropped by `restart_agent.linegate` at the cost of a dict lookup; only
-the rest are decoded and matched against the pattern table (`restart_agent.lines`). Lines longer than 64 KiB are cut to their first and last 32 KiB,
+the rest are decoded and matched against the pattern table (`restart_agent.lines`).
+Traceback frame lines are found between candidate lines with `bytes.find`; a run of them
+and the candidate line after it go as one block (`restart_agent.blocks`), frame runs
+alone as spans (`restart_agent.frames`), so dense failure output is not visited line by
+line either. Lines longer than 64 KiB are cut to their first and last 32 KiB,
 the same way whether they arrive in one chunk or many, so memory stays bounded (a 2 GB
 file of NUL bytes without a newline is one line) and results do not depend on chunking.
 """

@@ -21,9 +21,11 @@ import restart_agent as ra
 import restart_agent.lines as lines_mod
 from restart_agent import fingerprint as _fp
 from restart_agent import rowcache
+from restart_agent.frames import MAX_FRAMES, Span, Trace
 from restart_agent.linegate import LineGate
 from restart_agent.lines import READS
 from restart_agent.model import CycleEvidence
+from restart_agent.outcomes import LINE_REGEXES, digit_blind
 from restart_agent.prefixes import MAX_RANK_DIGITS
 from restart_agent.ranks import RankCollector, bounded_ranks
 from restart_agent.registry import END, default_registry, regex_needles
@@ -121,6 +123,24 @@ EDGE = b"".join(
         b"[rank9]:[relaunch] RuntimeError rank=3\n[rank9]:  [launcher] Exception rank=2\n",
         b"[default3]:[rank12]: KeyError: 'w'\n[default3]:[rank13]: KeyError: 'w'\n",
         b"RuntimeError: no prefix\n  RuntimeError: spaced\n",
+        # traceback blocks (restart_agent.blocks) and frame spans: each as line() reads it
+        b'[rank 3]:   File "/w/a.py", line 1, in f\n[rank 3]:     f()\n',  # `rank ` in heads
+        b"[rank 3]: RuntimeError: launcher prefix 0x7f00 and 12x4\n",
+        b'[rank 4]:   File "/w/rank .py", line 1, in f\n[rank 4]: RuntimeError: x\n',
+        b'[rank5]:   File "/w/a.py", line 1\n[rank6]:   File "/w/a.py", line 2\n',
+        b"[rank6]: RuntimeError: heads of two ranks before me\n",
+        b'[rank7]:   File "/w/a.py", line 3\n[rank7]: RuntimeError: got Signal 9 from c10d\n',
+        b'[rank8]:   File "/w/a.py", line 3\n[rank8]: RuntimeError: got Signal 8 from c11d\n',
+        b'[rank9]:   File "/w/' + b"x" * 600 + b'.py", line 4\n[rank9]: KeyError: 9\n',
+        b'[rank10]:   File "/w/a.py", line 5\n[rank10]: xitcode in the error line: 1\n',
+        b'[rank11]:   File "/w/a.py", line 6\n[rank11]:   File "/w/errors.py", line 7\n',
+        b"[rank11]: ValueError: after a frame line with a trigger\n",
+        b'3: [rank12]:   File "/w/a.py", line 8\n3: [rank12]: ValueError: stacked 1\n',
+        b'[rank13]:   File "/w/a.py", line 9\n[rank14]: ValueError: another rank\n',
+        b'[rank15]:   File "/w/a.py", line 9\n[rank15]: UserWarning: error-prone\n',
+        b'[rank15]:   File "/w/a.py", line 10\n[rank15]: Root Cause error\n',
+        b'[rank16]:   File "/w/a.py", line 9\n[rank16]: srun: error: n1: task 16: Exited\n',
+        b'  File "/w/a.py", line 1, in <module>\nValueError: unprefixed block\n',
     ]
 )
 
@@ -374,3 +394,62 @@ def test_frame_shortcut_matches_line(tmp_path: Path) -> None:
     assert sum(taken) > 0.9 * tracebacks > 100
     assert ev == reference(data)
     assert any(e.context and e.user_frame for e in ev.roots)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "blind"),
+    [
+        (r"\d+ ran for (?P<n>\d{1,8}) ms", True),
+        (r"[0-9a-fA-F]{8,}|\w+|\s\S", True),
+        (r"[^\]]{0,80}?Rank (\d+)\]", True),
+        (r"Xid (?P<x>79\b.*)", False),  # a literal digit
+        (r"code [1-9]\d*", False),  # a range holding some digits
+        (r"(\d)\1", False),  # a backreference compares digits
+        (r"(?>\d+)x", False),  # not looked into
+    ],
+)
+def test_digit_blind(pattern: str, blind: bool) -> None:
+    assert digit_blind(re.compile(pattern)) is blind
+
+
+def test_outcomes_rest_on_digit_blind_regexes() -> None:
+    """The regexes line() runs besides the rows' are blind, and a blind row matches a line
+    with its digits changed at the same offsets (what `restart_agent.outcomes` relies on)."""
+    assert all(digit_blind(rx) for rx in LINE_REGEXES)
+    rnd = random.Random(7)
+    checked = 0
+    for row in default_registry().patterns:
+        if not digit_blind(row.regex):
+            continue
+        for ex in row.examples:
+            for _ in range(5):
+                other = "".join(rnd.choice("0123456789") if c.isdigit() else c for c in ex)
+                a, b = row.regex.search(ex), row.regex.search(other)
+                assert (a is None) == (b is None), (row.id, ex, other)
+                if a is not None and b is not None:
+                    assert a.regs == b.regs, (row.id, ex, other)
+                    checked += 1
+    assert checked > 200
+
+
+def test_trace_keeps_what_one_by_one_appending_keeps() -> None:
+    """`Trace` with single frames and spans mixed gives the first frame and the last
+    MAX_FRAMES, as appending each frame and dropping the second when over would."""
+    rnd = random.Random(3)
+    for _ in range(300):
+        trace, plain = Trace(), []
+        lineno = 1
+        for _ in range(rnd.randrange(1, 12)):
+            if rnd.random() < 0.5:
+                trace.add(lineno, f"f{lineno}")
+                plain.append((lineno, f"f{lineno}"))
+                lineno += 1
+            else:
+                n = rnd.randrange(1, 9)
+                lines = [b'[rank1]:   File "x", line %d' % (lineno + i) for i in range(n)]
+                trace.add_span(Span(lineno, b"\n".join(lines), 11, n))
+                plain += [(lineno + i, lines[i][11:]) for i in range(n)]
+                lineno += n
+        want = plain if len(plain) <= MAX_FRAMES + 1 else plain[:1] + plain[-MAX_FRAMES:]
+        assert trace.frames() == want
+        assert trace.count <= 2 * (MAX_FRAMES + 1) + 8
