@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from typing import Literal
 
 from restart_agent.blocks import Blocks, frames_refused
@@ -89,7 +90,12 @@ class LogScanner:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
         self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
-        self._trigger_passes = compile_prefilter(self.registry.prefilter)
+        # the candidate passes: those of `_passes`, but the one holding `File "` (frames are
+        # found between candidates) is replaced, after a region's first frame, by the same
+        # pass without it (no `File "` can overlap another trigger of its first byte)
+        self._frame_pass = next(rx for rx in self._passes if rx.search(_FRAME))
+        rest = [t for t in self.registry.prefilter if t.encode()[:1] == _FRAME[:1]]
+        self._after_frame = compile_prefilter(tuple(rest))[0] if rest else None
         self._hint_sets: dict[bytes | frozenset[bytes], frozenset[str]] = {
             t.encode(): frozenset([t]) for t in self.registry.prefilter
         }
@@ -104,6 +110,7 @@ class LogScanner:
         self._bytes = 0
         self._ranks = RankCollector()
         self._finished: CycleEvidence | None = None
+        self._frames_seen = False  # _candidates(): the region holds a frame line
 
     # ------------------------------------------------------------------ streaming
     def feed(self, chunk: bytes) -> None:
@@ -189,8 +196,7 @@ class LogScanner:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
         self._ranks.region(region)
-        starts = self._candidates(region)
-        frames = _FRAME in region
+        starts, frames = self._candidates(region)
         if frames or starts:
             pos, count = self._walk(region, base, starts, frames)
         else:
@@ -312,14 +318,19 @@ class LogScanner:
                 it.line(raw, base + count, {_FRAME_STR})
         return pos, count
 
-    def _candidates(self, region: bytes) -> dict[int, bytes | frozenset[bytes]]:
-        """Line start -> the trigger found in that line (a frozenset when several are);
-        traceback frames are found between candidates, by `_walk`."""
+    def _candidates(self, region: bytes) -> tuple[dict[int, bytes | frozenset[bytes]], bool]:
+        """(line start -> the trigger found in that line, a frozenset when several are;
+        whether the region holds a traceback frame line). Frame lines are found between
+        candidates, by `_walk`; the pass that finds `File "` stops looking for it at the
+        first one (dense output holds hundreds of thousands)."""
         starts: dict[int, bytes | frozenset[bytes]] = {}
         rfind = region.rfind
         get = starts.get
-        for rx in self._trigger_passes:
-            for m in rx.finditer(region):
+        for rx in self._passes:
+            matches = (
+                self._frame_pass_matches(region) if rx is self._frame_pass else rx.finditer(region)
+            )
+            for m in matches:
                 s = rfind(b"\n", 0, m.start()) + 1
                 g = m.group()
                 got = get(s)
@@ -327,7 +338,19 @@ class LogScanner:
                     starts[s] = g
                 elif got != g:
                     starts[s] = got | {g} if type(got) is frozenset else frozenset((got, g))
-        return starts
+        return starts, self._frames_seen
+
+    def _frame_pass_matches(self, region: bytes) -> Iterator[re.Match[bytes]]:
+        """The matches of the pass holding `File "`, but `File "` itself; sets
+        `_frames_seen` to whether there was one."""
+        self._frames_seen = False
+        for m in self._frame_pass.finditer(region):
+            if m.group() == _FRAME:
+                self._frames_seen = True
+                if self._after_frame is not None:
+                    yield from self._after_frame.finditer(region, m.end())
+                return
+            yield m
 
     def _hints(self, raw: bytes) -> set[str] | Literal[False]:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""
