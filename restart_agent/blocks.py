@@ -38,12 +38,14 @@ from restart_agent.frames import FRAME, MAX_TEXT, PendingSpan, span_of
 from restart_agent.linegate import LineGate
 from restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, MAX_HEADS, LineInterpreter
 from restart_agent.outcomes import NOTHING, ByLiterals
+from restart_agent.prefixes import split_prefix
 
 MAX_BLOCK = 4096  # longer blocks take the general path
 MAX_CACHE = 1 << 13  # distinct masked blocks remembered (bounds the memory: ~32 MB)
 # a frame text over the limit of frame() (which leaves it to line())
 LONG_FRAME = re.compile(re.escape(FRAME) + b"[^\n]{%d}" % (MAX_TEXT - len(FRAME) + 1))
 ELASTIC_BYTES = tuple(w.encode() for w in ELASTIC_WORDS)
+_DIGIT_RUN = re.compile(rb"\d+")
 
 
 def frames_refused(lines: bytes, head: bytes) -> bool:
@@ -80,7 +82,7 @@ class Blocks:
         # the general path
         self._cache: dict[tuple[bytes, object], tuple[Any, ...] | None] = {}
         # real head -> (the needle that finds a frame line with it, its rank) or None
-        self._heads: dict[bytes, tuple[bytes, int | None] | None] = {}
+        self._heads: dict[bytes, tuple[bytes, int | None, bytes | None] | None] = {}
 
     def take(self, region: bytes, hs: int, s: int, end: int, found: object, lineno: int) -> bool:
         """Hand over the block `region[hs:end]`: frame lines from `hs` (a line start), the
@@ -119,13 +121,22 @@ class Blocks:
             it.line(raw, lineno, self.hints_of(found))
         elif outcome is NOTHING:
             it.add_span(rank, span_of(pending))
+        elif outcome[13] and raw[outcome[3] : outcome[4]] == by_head[2]:
+            it.counted_root(outcome, raw, lineno, rank, pending)
         else:
             it.apply(outcome, raw, lineno, rank, pending)
         return True
 
-    def _head(self, head: bytes) -> tuple[bytes, int | None] | None:
+    def _head(self, head: bytes) -> tuple[bytes, int | None, bytes | None] | None:
         got = self.interp.frame_head(head)
-        by_head = None if got is None else (b"\n" + head + FRAME, got[0])
+        by_head = None
+        if got is not None:  # (needle, rank, the rank's digits as written, if any)
+            rank = got[0]
+            digits = None
+            if rank is not None:
+                at = split_prefix((head + FRAME).decode("ascii")).rank_at
+                digits = _DIGIT_RUN.match(head, at).group()  # type: ignore[union-attr]
+            by_head = (b"\n" + head + FRAME, rank, digits)
         if len(self._heads) >= MAX_HEADS:
             self._heads.clear()
         self._heads[head] = by_head

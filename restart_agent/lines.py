@@ -215,7 +215,7 @@ class LineInterpreter:
         (restart_agent.outcomes). `span`: frame lines of rank `span_key` right before the
         line, not handed over yet (`add_span`); made into a `Span` only if it is kept (as
         this line's context, or for a later line of that rank)."""
-        row, bs, be, ka, ke, ra, re_, source, ms, me, na, ne, fp = got
+        row, bs, be, ka, ke, ra, re_, source, ms, me, na, ne, fp, _ = got
         key = int(raw[ka:ke]) if ka >= 0 else None
         if span is not None and span_key != key:
             self.add_span(span_key, span_of(span))
@@ -238,7 +238,34 @@ class LineInterpreter:
             body = raw[bs:be].decode("ascii")
             if not self._count(row, rank, fp, node, lineno, body):
                 return
-        body = body or raw[bs:be].decode("ascii")
+        self._kept(got, body or raw[bs:be].decode("ascii"), lineno, rank, fp, node, frames, span)
+
+    def counted_root(
+        self, got: tuple[Any, ...], raw: bytes, lineno: int, rank: int, span: PendingSpan
+    ) -> None:
+        """`apply()` for a simple root (outcome flag: the prefix's rank, no node, a known
+        fingerprint) whose prefix rank is `rank`, that of the frames `span` before it."""
+        fp = got[12]
+        self.root_count += 1
+        self.failed_ranks.add(rank)
+        frames = self._tb.pop(rank, None)
+        if (rank, fp) in self._root_keys or len(self.roots) >= MAX_ROOTS:
+            return
+        self._kept(got, raw[got[1] : got[2]].decode("ascii"), lineno, rank, fp, None, frames, span)
+
+    def _kept(
+        self,
+        got: tuple[Any, ...],
+        body: str,
+        lineno: int,
+        rank: int | None,
+        fp: str,
+        node: str | None,
+        frames: Trace | None,
+        span: PendingSpan | None,
+    ) -> None:
+        """Build and keep the evidence of a line `apply()` counted."""
+        row, source = got[0], got[7]
         if span is not None:
             frames = frames or Trace()
             frames.add_span(span_of(span))

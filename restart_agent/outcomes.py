@@ -59,8 +59,8 @@ NOTHING = ()  # the outcome of a line that line() reads and leaves (no row match
 _DIGITS = range(0x30, 0x3A)
 
 # Outcome: (row, body start, body end, prefix rank start, end, rank start, end, rank
-# source, message start, end, node start, end, fingerprint or None); offsets in the line,
-# -1 where there is none.
+# source, message start, end, node start, end, fingerprint or None, simple root); offsets
+# in the line, -1 where there is none.
 Outcome = tuple[Any, ...]
 
 
@@ -223,7 +223,12 @@ class Outcomes:
         fp = None
         if b"0x" not in msg.encode("ascii").translate(_ZEROS):
             fp = fingerprint(row.failure_class, msg)
-        return (row, bs, bs + len(body), ka, ke, ra, re_, source, bs + ms, bs + me, na, ne, fp)
+        # a root whose rank is its prefix's, with no node and a known fingerprint: the usual
+        # dense line, counted without the general path (`LineInterpreter.counted_root`)
+        simple = row.role == "root" and ka >= 0 and ra == ka and na < 0 and fp is not None
+        return (
+            row, bs, bs + len(body), ka, ke, ra, re_, source, bs + ms, bs + me, na, ne, fp, simple
+        )  # fmt: skip
 
 
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
