@@ -30,6 +30,7 @@ to the scanner's general path, which gives the same result line by line
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,16 @@ MAX_CACHE = 1 << 13  # distinct masked blocks remembered (bounds the memory: ~32
 LONG_FRAME = re.compile(re.escape(FRAME) + b"[^\n]{%d}" % (MAX_TEXT - len(FRAME) + 1))
 ELASTIC_BYTES = tuple(w.encode() for w in ELASTIC_WORDS)
 _DIGIT_RUN = re.compile(rb"\d+")
+# what the masked block tells: (head length, frame lines, lines before the error line, end
+# of the last frame line, the gate skips the error line, its outcome by mask)
+Shape = tuple[int, int, int, int, bool, Any]
+Head = tuple[bytes, "int | None", "bytes | None"]
+
+
+class _Miss(enum.Enum):
+    """A cache miss (None is a cached value)."""
+
+    MISS = 0
 
 
 def frames_refused(lines: bytes, head: bytes) -> bool:
@@ -77,12 +88,11 @@ class Blocks:
         self.interp = interp
         self.gate = gate
         self.hints_of = hints_of
-        # masked block, the line's triggers -> (head length, frames, lines before the
-        # error line, end of the last frame line, gate skips the line, outcome); None:
-        # the general path
-        self._cache: dict[tuple[bytes, object], tuple[Any, ...] | None] = {}
-        # real head -> (the needle that finds a frame line with it, its rank) or None
-        self._heads: dict[bytes, tuple[bytes, int | None, bytes | None] | None] = {}
+        # masked block, the line's triggers -> its `Shape`; None: the general path
+        self._cache: dict[tuple[bytes, object], Shape | None] = {}
+        # real head -> (the needle that finds a frame line with it, its rank, the rank's
+        # digits as written) or None (frame() refuses it)
+        self._heads: dict[bytes, Head | None] = {}
 
     def take(self, region: bytes, hs: int, s: int, end: int, found: object, lineno: int) -> bool:
         """Hand over the block `region[hs:end]`: frame lines from `hs` (a line start), the
@@ -92,8 +102,8 @@ class Blocks:
             return False
         masked = region[hs:end].translate(_ZEROS)
         key = (masked, found)
-        got = self._cache.get(key, False)
-        if got is False:
+        got = self._cache.get(key, _Miss.MISS)
+        if got is _Miss.MISS:
             got = self._shape(masked, s - hs, region[s:end], self.hints_of(found))
             if len(self._cache) >= MAX_CACHE:
                 self._cache.clear()
@@ -102,8 +112,8 @@ class Blocks:
             return False
         hl, n, k, fe, skip, outcome = got
         head = region[hs : hs + hl]
-        by_head = self._heads.get(head, False)
-        if by_head is False:
+        by_head = self._heads.get(head, _Miss.MISS)
+        if by_head is _Miss.MISS:
             by_head = self._head(head)
         if by_head is None or region.count(by_head[0], hs - 1, s) != n:
             return False  # refused, or the heads differ in their digits (several ranks)
@@ -114,20 +124,20 @@ class Blocks:
             it.add_span(rank, span_of(pending))
             return True
         raw = region[s:end]
-        if type(outcome) is ByLiterals:
-            outcome = outcome.get(raw, it._outcomes)  # type: ignore[arg-type]
+        if isinstance(outcome, ByLiterals):
+            outcome = outcome.get(raw, it.outcomes())
         if outcome is None:
             it.add_span(rank, span_of(pending))
             it.line(raw, lineno, self.hints_of(found))
         elif outcome is NOTHING:
             it.add_span(rank, span_of(pending))
-        elif outcome[13] and raw[outcome[3] : outcome[4]] == by_head[2]:
+        elif outcome[13] and rank is not None and raw[outcome[3] : outcome[4]] == by_head[2]:
             it.counted_root(outcome, raw, lineno, rank, pending)
         else:
             it.apply(outcome, raw, lineno, rank, pending)
         return True
 
-    def _head(self, head: bytes) -> tuple[bytes, int | None, bytes | None] | None:
+    def _head(self, head: bytes) -> Head | None:
         got = self.interp.frame_head(head)
         by_head = None
         if got is not None:  # (needle, rank, the rank's digits as written, if any)
@@ -142,9 +152,7 @@ class Blocks:
         self._heads[head] = by_head
         return by_head
 
-    def _shape(
-        self, masked: bytes, at: int, raw: bytes, hints: frozenset[str]
-    ) -> tuple[object, ...] | None:
+    def _shape(self, masked: bytes, at: int, raw: bytes, hints: frozenset[str]) -> Shape | None:
         """What is known of a block from its masked form (see `_cache`); `at`: where its
         candidate line starts, `raw`: that line."""
         line = masked[at:]

@@ -26,6 +26,7 @@ None (not known this way: call `line()`).
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any
 
@@ -42,9 +43,9 @@ from restart_agent.registry import PatternRow
 from restart_agent.rowcache import RowSelector, fingerprint
 
 try:
-    from re import _parser as _sre  # type: ignore[attr-defined]
+    from re import _parser as _sre  # type: ignore[attr-defined]  # private, unstubbed
 except ImportError:  # pragma: no cover - older Pythons name it sre_parse
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
 MAX_CACHE = 1 << 14  # distinct masked lines remembered (then the cache starts afresh)
 MAX_KEY = 1024  # longer lines are left to line()
@@ -57,6 +58,13 @@ MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
 SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 NOTHING = ()  # the outcome of a line that line() reads and leaves (no row matches)
 _DIGITS = range(0x30, 0x3A)
+
+
+class _Miss(enum.Enum):
+    """A cache miss (None is a cached value)."""
+
+    MISS = 0
+
 
 # Outcome: (row, body start, body end, prefix rank start, end, rank start, end, rank
 # source, message start, end, node start, end, fingerprint or None, simple root); offsets
@@ -141,9 +149,9 @@ class Outcomes:
         that may hold a literal with digits (`Signal 9`, `c10d`: the rows tried depend on
         which it holds), a `ByLiterals` that tells it per line."""
         key = (masked, hints)
-        got = self._cache.get(key, False)
-        if got is False:
-            lits = ()
+        got = self._cache.get(key, _Miss.MISS)
+        if got is _Miss.MISS:
+            lits: tuple[bytes, ...] = ()
             if self._digit_literals is not None and self._digit_literals.search(masked):
                 lits = tuple(t for t, m in self._literals if m in masked)
             got = ByLiterals(lits, masked, hints) if lits else self._outcome(raw, masked, hints)
@@ -248,7 +256,7 @@ class ByLiterals:
 
     def get(self, raw: bytes, outcomes: Outcomes) -> Outcome | None:
         held = tuple([t in raw for t in self.lits])
-        got = self.by.get(held, False)
-        if got is False:
+        got = self.by.get(held, _Miss.MISS)
+        if got is _Miss.MISS:
             got = self.by[held] = outcomes._outcome(raw, self.masked, self.hints)
-        return got  # type: ignore[return-value]
+        return got

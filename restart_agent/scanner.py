@@ -337,7 +337,7 @@ class LogScanner:
                 if got is None:
                     starts[s] = g
                 elif got != g:
-                    starts[s] = got | {g} if type(got) is frozenset else frozenset((got, g))
+                    starts[s] = got | {g} if isinstance(got, frozenset) else frozenset((got, g))
         return starts, self._frames_seen
 
     def _frame_pass_matches(self, region: bytes) -> Iterator[re.Match[bytes]]:
