@@ -239,6 +239,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._rdzv_rounds = 0
         self._cycles_started = 0  # cycles run by this launcher (a continued job started later)
         self._signal_seen = False  # run_job has handled a signal: no re-raise
+        self.terminal: str | None = None  # job-wide outcome that closes the rendezvous
         self.recorded_stops: list[VerdictInfo] = []  # STOP verdicts only logged (action log)
         self.final: tuple[str, int, str] | None = None  # (state, exit code, reason) recorded
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
@@ -531,9 +532,12 @@ class RelaunchAgent(LocalElasticAgent):
         node's keep-alive heartbeats expire (15 s by default, and while the check runs
         they keep the node in the round). Best effort on elastic's dynamic rendezvous;
         other backends keep their own rules."""
+        handler = self._worker_group.spec.rdzv_handler
+        if hasattr(handler, "leave_round"):  # the barrier rendezvous (launcher.rdzv_barrier)
+            handler.leave_round()
+            return
         if self._cycle_no < 0:
             return  # never joined a round
-        handler = self._worker_group.spec.rdzv_handler
         try:
             from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
                 DynamicRendezvousHandler,
@@ -798,14 +802,17 @@ class RelaunchAgent(LocalElasticAgent):
             result = self.run()
             if result is not None and not result.is_failed():
                 code = EXIT_OK
+            self.terminal = "succeeded" if code == EXIT_OK else "failed"  # job-wide: budget
         except _StopJob:
             code = EXIT_STOPPED
+            self.terminal = "stopped"
         except _NodeUnhealthy as exc:
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
             code = EXIT_NODE_UNHEALTHY
         except _NoProgress as exc:
             code = EXIT_NO_PROGRESS
+            self.terminal = "stopped"  # the progress guard's decision is job-wide
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
             self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
         except SignalException as exc:  # elastic already stopped the workers with it
@@ -814,6 +821,13 @@ class RelaunchAgent(LocalElasticAgent):
             self.say(f"received {exc.sigval.name}; workers stopped")
         except RendezvousClosedError:
             note = "the rendezvous was closed by another node (the job ended there)"
+            reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
+            if reason == "succeeded" and self._cycles_started == 0:
+                code = EXIT_OK  # a hot spare that was never needed: the job succeeded
+                note = "standby: the job succeeded without needing this node"
+            self.say(note)
+        except RendezvousError as exc:  # local to this node: the rendezvous stays open
+            note = f"rendezvous failed on this node: {exc}"
             self.say(note)
         finally:
             st = self._state
@@ -831,6 +845,8 @@ class RelaunchAgent(LocalElasticAgent):
             self.say("warning: the last verdict did not arrive within its time budget")
         if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
             code = EXIT_STOPPED
+            if self.terminal is not None:
+                self.terminal = "stopped"
             v = self.stop_verdict
             self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
             self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
@@ -908,13 +924,28 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
         local_world_size=settings.nproc_per_node,
         entrypoint=entrypoint,
         args=args,
-        rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
+        rdzv_handler=make_rdzv_handler(settings, params),
         max_restarts=settings.max_restarts,
         monitor_interval=settings.monitor_interval,
         master_addr=master_addr,
         master_port=master_port,
         local_addr=settings.local_addr or None,
     )
+
+
+def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> Any:
+    """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
+    (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
+    if settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier":
+        from launcher.rdzv_barrier import BarrierRendezvousHandler
+
+        return BarrierRendezvousHandler(
+            params,
+            infra_rank=settings.infra_rank,
+            segment=settings.ft_segment,
+            segment_id=settings.segment_id,
+        )
+    return rdzv_registry.get_rendezvous_handler(params)
 
 
 def funnel_sink_factory(address: str) -> Any:
@@ -980,6 +1011,8 @@ def launch(
             out,
             sink_factory,
         )
+        if hasattr(spec.rdzv_handler, "report") and settings.max_nodes > 1:  # node roles
+            spec.rdzv_handler.report = agent.say
         _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
     except SignalException as exc:  # before the agent ran (building the rendezvous)
@@ -990,12 +1023,19 @@ def launch(
             agent.close()
             if agent.abandon_flush in _on_later_signal:
                 _on_later_signal.remove(agent.abandon_flush)
-        # An unhealthy node leaves without closing the rendezvous: with --nnodes MIN:MAX
-        # the other nodes go on without it, and a replacement node may join (closing would
-        # end the job everywhere); an interrupted launcher leaves it too, as torchrun does.
-        if agent is not None and code in (EXIT_OK, EXIT_FAILED, EXIT_STOPPED, EXIT_NO_PROGRESS):
+        # Only a job-wide outcome closes the shared rendezvous (NVRx #421): success, the
+        # restart budget spent, a STOP acted on. A node that leaves (unhealthy), is
+        # interrupted or fails locally (an exception in this launcher) leaves it open: with
+        # --nnodes MIN:MAX the others go on without it, and a replacement node may join.
+        if agent is not None:
+            handler = agent._worker_group.spec.rdzv_handler
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                agent._worker_group.spec.rdzv_handler.shutdown()
+                if agent.terminal is not None:
+                    from launcher.rdzv_barrier import close_for_exit
+
+                    close_for_exit(handler, agent.terminal)
+                elif hasattr(handler, "leave_round"):
+                    handler.leave_round()
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)

@@ -40,6 +40,7 @@ from launcher.config_values import (
     rdzv_impl,
     restart_policy,
     section_timeouts,
+    segment_size,
     std_spec,
 )
 from launcher.config_yaml import load_yaml as _load_yaml
@@ -389,7 +390,24 @@ OPTIONS: tuple[Option, ...] = (
         "ft_rdzv_impl",
         rdzv_impl,
         "barrier",
-        "NVRx rendezvous implementation (accepted: barrier)",
+        "rendezvous of --rdzv-backend c10d: barrier (hot spares, segments) or c10d "
+        "(torch's dynamic rendezvous, the fallback)",
+    ),
+    Option(
+        "--ft-segment",
+        "ft_segment",
+        segment_size,
+        None,
+        "segment-aware hot spares: only whole NVLink segments of N nodes become active",
+        metavar="N",
+    ),
+    Option(
+        "--ft-use-infra-group-rank",
+        "ft_use_infra_group_rank",
+        boolean,
+        False,
+        "order nodes by the scheduler's rank (SLURM_PROCID, SLURM_NODEID, GROUP_RANK)",
+        is_flag=True,
     ),
     Option(
         "--ft-restart-policy",
@@ -463,6 +481,10 @@ class RunSettings:
     local_ranks_filter: str = ""
     log_line_prefix_template: str = ""
     ft_rdzv_impl: str = "barrier"
+    ft_segment: int | None = None
+    ft_use_infra_group_rank: bool = False
+    infra_rank: int | None = None  # from the scheduler (launcher.rdzv_node), not an option
+    segment_id: str | None = None  # this node's NVLink domain (launcher.rdzv_node)
     ft_restart_policy: str = "any-failed"
     ft_max_no_progress_restarts: int = field(
         default_factory=lambda: _BY_DEST["ft_max_no_progress_restarts"].default
@@ -630,6 +652,12 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     _check_health_options(settings)
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
+    from launcher import rdzv_node
+
+    try:
+        rdzv_node.check(settings)  # --ft-segment, --ft-use-infra-group-rank
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         settings.policy()
     except ValueError as exc:

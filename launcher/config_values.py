@@ -130,10 +130,18 @@ def rdzv_impl(text: str) -> str:
     if value == "legacy":
         raise ValueError(
             "the legacy rendezvous implementation was removed; barrier is the only implementation"
+            " (c10d selects torch's own dynamic rendezvous)"
         )
-    if value != "barrier":
-        raise ValueError("must be barrier (the only implementation)")
+    if value not in ("barrier", "c10d"):
+        raise ValueError("must be barrier (default) or c10d (torch's dynamic rendezvous)")
     return value
+
+
+def segment_size(text: str) -> int | None:
+    """`--ft-segment N`: nodes per NVLink segment (>= 1); none/empty: simple hot spares."""
+    if str(text).strip().lower() in ("", "none"):
+        return None
+    return positive_int(text)
 
 
 def restart_policy(text: str) -> str:

@@ -1,0 +1,331 @@
+"""The barrier rendezvous (`--ft-rdzv-impl barrier`): torch's `RendezvousHandler` on a
+c10d TCPStore, with round-scoped keys, round fencing, keep-alives and hot spares.
+
+A round R gathers participants (`round/R/...`, layout in `launcher.rdzv_store`) until it
+can close: MAX nodes alive, or the rank assignment (`launcher.rdzv_ranks.assign`) is
+possible and the last-call window has passed since it first was. Any participant may
+close it; `compare_set` on the round's result makes the first writer win, and everyone
+reads the same assignment. A participant whose keep-alive counter stopped moving for the
+keep-alive timeout, or that marked itself left, is not counted, so one that leaves
+mid-rendezvous is dropped instead of blocking the barrier.
+
+Active nodes return from `next_rendezvous` with their group rank; standbys (hot spares)
+do not: they keep their reserved rank and wait for round R+1, which is opened (only) when
+an active node of R comes back to the rendezvous (its workers failed), leaves it (failed
+health check) or stops beating (launcher killed); a waiting standby that sees the last two
+opens R+1 itself. Active nodes learn of R+1 through `num_nodes_waiting` and restart, so a
+standby replaces a failed node without the scheduler; a standby that merely waits never
+makes the active group restart. The rendezvous is closed (`closed` key) only by a
+job-wide decision (`close_for_exit`); standbys then end with the job's outcome.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from torch.distributed import PrefixStore, Store
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
+    RendezvousTimeoutError,
+)
+
+from launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
+from launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
+
+POLL_S = 0.5  # longest a waiter sleeps between checks (closing wakes it at once)
+
+
+class BarrierRendezvousHandler(RendezvousHandler):
+    """See the module docstring; one instance per launcher, used by elastic's agent."""
+
+    def __init__(
+        self,
+        params: RendezvousParameters,
+        *,
+        infra_rank: int | None = None,
+        segment: int | None = None,
+        segment_id: str | None = None,
+        store: Store | None = None,
+        hosting: bool = False,
+    ) -> None:
+        self._params = params
+        self.min_nodes, self.max_nodes = params.min_nodes, params.max_nodes
+        self.segment = segment
+        self.last_call_s = float(params.get_as_int("last_call_timeout", 30) or 0)
+        self.join_timeout_s = float(params.get_as_int("join_timeout", 600) or 600)
+        self.keep_alive_s = float(params.get("keep_alive_interval", 5) or 5)
+        self.keep_alive_timeout_s = self.keep_alive_s * int(
+            params.get_as_int("keep_alive_max_attempt", 3) or 3
+        )
+        if store is None:
+            store, hosting = create_store(params)
+        self.hosting = hosting
+        self._tcp = store
+        self._s = run_store(store, params.run_id)
+        addr = params.local_addr or socket.getfqdn()
+        self._me = Participant(
+            node_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
+            addr=addr,
+            pid=os.getpid(),
+            infra_rank=infra_rank,
+            segment=segment_id,
+        )
+        self._was_active = False
+        self._active: tuple[int, list[Assignment], dict[str, int]] | None = None
+        self._beat: tuple[int, int] | None = None  # (round, slot) kept alive
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._peer_check_at = 0.0
+        self._seen: dict[tuple[int, int], tuple[int, float]] = {}
+        self.report: Callable[[str], None] = lambda text: None
+        self.closed_reason: str | None = None
+        cas(self._s, Keys.ROUND, "", "0")
+        self._s.set(Keys.opened(0), "1")
+        self._thread = threading.Thread(target=self._keep_alive, daemon=True, name="rdzv-ka")
+        self._thread.start()
+        atexit.register(self.shutdown)
+
+    # -- RendezvousHandler --------------------------------------------------------
+    def get_backend(self) -> str:
+        return "c10d"
+
+    @property
+    def use_agent_store(self) -> bool:
+        return False
+
+    def get_run_id(self) -> str:
+        return self._params.run_id
+
+    def is_closed(self) -> bool:
+        return get_str(self._s, Keys.CLOSED) is not None
+
+    def set_closed(self, reason: str = "failed") -> None:
+        cas(self._s, Keys.CLOSED, "", reason)
+
+    def num_nodes_waiting(self) -> int:
+        """1 when the next round was opened (an active node failed, left or died):
+        elastic then restarts this node's workers. Standbys waiting count 0."""
+        active = self._active
+        if active is None:
+            return 0
+        r, result, _ = active
+        if self._s.check([Keys.opened(r + 1)]):
+            return 1
+        now = time.monotonic()
+        if now >= self._peer_check_at:
+            self._peer_check_at = now + self.keep_alive_s
+            if self._dead_actives(r, result):
+                self._open(r + 1)
+                return 1
+        return 0
+
+    def shutdown(self) -> bool:
+        """Stop the keep-alive thread (joined: never left inside a store call at exit)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.keep_alive_s + 5)
+        return True
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        deadline = time.monotonic() + self.join_timeout_s
+        if self._active is not None:  # this node was active: its peers must restart too
+            self._open(self._active[0] + 1)
+            self._active = None
+        while True:
+            self._raise_if_closed()
+            r, slot = self._join(deadline)
+            result = self._wait_closed(r, slot, deadline)
+            mine = next((a for a in result if a.node_id == self._me.node_id), None)
+            if mine is None:  # joined after the round closed: the next one
+                self._beat = None
+                self._wait_next_round(r, result, deadline)
+                continue
+            if mine.active:
+                self._was_active = True
+                world = sum(1 for a in result if a.active)
+                slots = self._slots(r, result)
+                self._active = (r, result, slots)
+                store = PrefixStore(Keys.store_prefix(r), self._s)
+                info = RendezvousStoreInfo.build(mine.group_rank, store, self._params.local_addr)
+                self.report(
+                    f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
+                    f" ({len(result) - world} standby)"
+                )
+                return RendezvousInfo(store, mine.group_rank, world, info)
+            self._was_active = False
+            self.report(
+                f"rendezvous round {r}: standby (hot spare), reserved rank {mine.group_rank}; "
+                "waiting for an active node to fail"
+            )
+            self._wait_next_round(r, result, None)
+
+    # -- leaving ---------------------------------------------------------------------
+    def leave_round(self) -> None:
+        """Leave now (failed health check): marked left in the round this node is in, and
+        the next round opened if it was active, so nobody waits for its keep-alive."""
+        beat, self._beat = self._beat, None
+        if beat is not None:
+            self._s.set(Keys.left(*beat), "1")
+        if self._active is not None:
+            self._open(self._active[0] + 1)
+            self._active = None
+        self.shutdown()
+
+    # -- internals -----------------------------------------------------------------
+    def _raise_if_closed(self) -> None:
+        reason = get_str(self._s, Keys.CLOSED)
+        if reason is not None:
+            self.closed_reason = reason
+            raise RendezvousClosedError(f"the rendezvous was closed: job {reason}")
+
+    def _open(self, r: int) -> None:
+        """Open round r (only from r-1: a node still on an older round cannot)."""
+        now = cas(self._s, Keys.ROUND, str(r - 1), str(r))
+        if now == str(r):
+            self._s.set(Keys.opened(r), "1")
+
+    def _join(self, deadline: float) -> tuple[int, int]:
+        while True:
+            r = get_int(self._s, Keys.ROUND)
+            if get_str(self._s, Keys.result(r)) is None:
+                break
+            self._wait_next_round(r, None, deadline)  # closed without us: wait for r+1
+        slot = self._s.add(Keys.count(r), 1) - 1
+        desc = Participant(**{**asdict(self._me), "was_active": self._was_active})
+        self._s.set(Keys.participant(r, slot), dumps(asdict(desc)))
+        self._s.add(Keys.heartbeat(r, slot), 1)
+        self._beat = (r, slot)
+        return r, slot
+
+    def _participants(self, r: int) -> dict[int, Participant]:
+        n = get_int(self._s, Keys.count(r))
+        keys = [Keys.participant(r, i) for i in range(n)]
+        if not keys:
+            return {}
+        if self._s.check(keys):  # the usual case: one round trip for all descriptors
+            present = list(range(n))
+        else:  # a slot taken, its descriptor not written yet
+            present = [i for i, k in enumerate(keys) if self._s.check([k])]
+        values = self._s.multi_get([keys[i] for i in present]) if present else []
+        return {
+            i: Participant(**json.loads(v.decode())) for i, v in zip(present, values, strict=True)
+        }
+
+    def _alive(self, r: int, slot: int) -> bool:
+        if self._s.check([Keys.left(r, slot)]):
+            return False
+        value = get_int(self._s, Keys.heartbeat(r, slot))
+        now = time.monotonic()
+        seen = self._seen.get((r, slot))
+        if seen is None or seen[0] != value:
+            self._seen[(r, slot)] = (value, now)
+            return True
+        return now - seen[1] < self.keep_alive_timeout_s
+
+    def _wait_closed(self, r: int, slot: int, deadline: float) -> list[Assignment]:
+        last_call: float | None = None
+        while True:
+            self._raise_if_closed()
+            raw = get_str(self._s, Keys.result(r))
+            if raw is not None:
+                return [Assignment(**a) for a in json.loads(raw)["nodes"]]
+            if get_int(self._s, Keys.ROUND) != r:
+                return []  # fenced: the round moved on without closing with us
+            alive = [p for i, p in self._participants(r).items() if self._alive(r, i)]
+            try:
+                plan = assign(alive, self.min_nodes, self.segment)
+            except AssignmentError as exc:
+                raise RendezvousError(str(exc)) from None
+            now = time.monotonic()
+            if plan is None:
+                last_call = None
+            else:
+                last_call = last_call if last_call is not None else now + self.last_call_s
+                if len(alive) >= self.max_nodes or now >= last_call:
+                    self._close(r, plan)
+                    continue
+            if now > deadline:
+                raise RendezvousTimeoutError(
+                    f"round {r}: {len(alive)} node(s) alive after {self.join_timeout_s:g} s, "
+                    f"{self.min_nodes} needed"
+                )
+            wait = POLL_S if last_call is None else max(0.01, min(POLL_S, last_call - now))
+            self._wait_key(Keys.result(r), wait)
+
+    def _close(self, r: int, plan: list[Assignment]) -> None:
+        if get_int(self._s, Keys.ROUND) != r:
+            return
+        cas(self._s, Keys.result(r), "", dumps({"round": r, "nodes": [asdict(a) for a in plan]}))
+
+    def _slots(self, r: int, result: list[Assignment]) -> dict[str, int]:
+        ids = {a.node_id for a in result if a.active}
+        return {p.node_id: i for i, p in self._participants(r).items() if p.node_id in ids}
+
+    def _dead_actives(self, r: int, result: list[Assignment] | None) -> bool:
+        if not result:
+            return False
+        slots = self._slots(r, result)
+        return any(not self._alive(r, s) for s in slots.values())
+
+    def _wait_next_round(
+        self, r: int, result: list[Assignment] | None, deadline: float | None
+    ) -> None:
+        """Wait until round r+1 is opened; open it when an active node of r died or left."""
+        if result is None:
+            raw = get_str(self._s, Keys.result(r))
+            result = [Assignment(**a) for a in json.loads(raw)["nodes"]] if raw else []
+        while not self._s.check([Keys.opened(r + 1)]):
+            self._raise_if_closed()
+            if self._dead_actives(r, result):
+                self.report(f"rendezvous round {r}: an active node left or stopped beating")
+                self._open(r + 1)
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise RendezvousTimeoutError(f"round {r + 1} was not opened in time")
+            self._wait_key(Keys.opened(r + 1), POLL_S)
+
+    def _wait_key(self, key: str, seconds: float) -> None:
+        """Until `key` exists or `seconds` passed: checks 5 ms apart, backing off to
+        100 ms (the store's own timed wait logs a C++ warning at every timeout)."""
+        end = time.monotonic() + seconds
+        step = 0.005
+        while not self._s.check([key]):
+            left = end - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                return
+            time.sleep(min(step, left))
+            step = min(step * 2, 0.1)
+
+    def _keep_alive(self) -> None:
+        while not self._stop.wait(self.keep_alive_s):
+            beat = self._beat
+            if beat is None:
+                continue
+            try:
+                self._s.add(Keys.heartbeat(*beat), 1)
+            except Exception:  # noqa: BLE001 - the store went away; the agent will see it
+                return
+
+
+def close_for_exit(handler: Any, reason: str) -> None:
+    """Close the shared rendezvous for a job-wide decision (`succeeded`, `failed`: budget
+    spent, `stopped`: STOP verdict acted on). Other handlers: their own shutdown."""
+    if isinstance(handler, BarrierRendezvousHandler):
+        handler.set_closed(reason)
+        handler.shutdown()
+    else:
+        handler.shutdown()

@@ -1,0 +1,114 @@
+"""What a node brings to the barrier rendezvous: its infra group rank and its segment id.
+
+- `infra_group_rank(env)`: `--ft-use-infra-group-rank` takes the node's rank from the
+  scheduler, in this order: `SLURM_PROCID` (one launcher task per node, as Slurm starts
+  it), `SLURM_NODEID`, `GROUP_RANK`. The first one set wins; missing or not a
+  non-negative integer is a one-line error before anything starts. Duplicates are
+  detected in the rendezvous (`launcher.rdzv_ranks`).
+- `segment_id(env)`: the node's NVLink domain for `--ft-segment N`: the GPU fabric
+  ClusterUUID from NVML (`nvmlDeviceGetGpuFabricInfoV`, else `nvmlDeviceGetGpuFabricInfo`;
+  all GPUs of the node must agree), overridden by `RELAUNCH_SEGMENT_ID` or by the first
+  line of the file named by `RELAUNCH_SEGMENT_ID_FILE` (CPU machines, tests).
+- `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+INFRA_RANK_VARS = ("SLURM_PROCID", "SLURM_NODEID", "GROUP_RANK")
+SEGMENT_ENV = "RELAUNCH_SEGMENT_ID"
+SEGMENT_FILE_ENV = "RELAUNCH_SEGMENT_ID_FILE"
+
+
+def infra_group_rank(env: Mapping[str, str]) -> tuple[int, str]:
+    """(rank, variable it came from); ValueError with a one-line reason otherwise."""
+    for name in INFRA_RANK_VARS:
+        raw = env.get(name)
+        if raw is None or raw.strip() == "":
+            continue
+        if not raw.strip().isdigit():
+            raise ValueError(f"{name}={raw!r} is not a non-negative integer")
+        return int(raw), name
+    raise ValueError(f"none of {', '.join(INFRA_RANK_VARS)} is set on this node")
+
+
+def _cluster_uuid() -> str:
+    import pynvml  # nvidia-ml-py, as launcher.health.nvml
+
+    pynvml.nvmlInit()
+    try:
+        uuids = set()
+        for i in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            getter = getattr(pynvml, "nvmlDeviceGetGpuFabricInfoV", None)
+            info = getter(handle) if getter else pynvml.nvmlDeviceGetGpuFabricInfo(handle)
+            raw = info.clusterUuid
+            value = bytes(raw).hex() if not isinstance(raw, str) else raw
+            if value.strip("0"):
+                uuids.add(value)
+    finally:
+        pynvml.nvmlShutdown()
+    if not uuids:
+        raise ValueError("no GPU reports an NVLink fabric ClusterUUID")
+    if len(uuids) > 1:
+        raise ValueError(f"this node's GPUs report different ClusterUUIDs: {sorted(uuids)}")
+    return uuids.pop()
+
+
+def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
+    """(segment id, where it came from); ValueError with a one-line reason otherwise."""
+    if env.get(SEGMENT_ENV, "").strip():
+        return env[SEGMENT_ENV].strip(), SEGMENT_ENV
+    path = env.get(SEGMENT_FILE_ENV, "").strip()
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = fh.readline().strip()
+        except OSError as exc:
+            raise ValueError(f"{SEGMENT_FILE_ENV}={path}: {exc.strerror or exc}") from None
+        if not value:
+            raise ValueError(f"{SEGMENT_FILE_ENV}={path}: the file's first line is empty")
+        return value, SEGMENT_FILE_ENV
+    try:
+        return _cluster_uuid(), "nvml"
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - no driver, no pynvml, unsupported GPU
+        raise ValueError(
+            f"cannot read the NVLink ClusterUUID through NVML ({type(exc).__name__}: {exc}); "
+            f"set {SEGMENT_ENV} or {SEGMENT_FILE_ENV}"
+        ) from None
+
+
+def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
+    """Config-time checks of the rendezvous options; fills `settings.infra_rank` and
+    `settings.segment_id`. Raises ValueError (one line)."""
+    env = os.environ if env is None else env
+    s = settings
+    s.infra_rank = None
+    s.segment_id = None
+    barrier = s.ft_rdzv_impl == "barrier" and s.rdzv_backend == "c10d"
+    if s.ft_segment is not None:
+        if not barrier:
+            raise ValueError("--ft-segment needs the barrier rendezvous (--rdzv-backend c10d)")
+        if s.min_nodes % s.ft_segment:
+            raise ValueError(
+                f"--ft-segment {s.ft_segment}: the minimum node count {s.min_nodes} "
+                f"(--nnodes) must be a multiple of the segment size"
+            )
+        try:
+            s.segment_id = segment_id(env)[0]
+        except ValueError as exc:
+            raise ValueError(f"--ft-segment: {exc}") from None
+    if s.ft_use_infra_group_rank:
+        if not barrier:
+            raise ValueError(
+                "--ft-use-infra-group-rank needs the barrier rendezvous (--rdzv-backend c10d)"
+            )
+        try:
+            s.infra_rank = infra_group_rank(env)[0]
+        except ValueError as exc:
+            raise ValueError(f"--ft-use-infra-group-rank: {exc}") from None
