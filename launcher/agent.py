@@ -822,8 +822,8 @@ class RelaunchAgent(LocalElasticAgent):
         except RendezvousClosedError:
             note = "the rendezvous was closed by another node (the job ended there)"
             reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
-            if reason == "succeeded" and self._cycles_started == 0:
-                code = EXIT_OK  # a hot spare that was never needed: the job succeeded
+            if reason == "succeeded":  # closed while this node waited as a hot spare
+                code = EXIT_OK
                 note = "standby: the job succeeded without needing this node"
             self.say(note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
@@ -1030,12 +1030,9 @@ def launch(
         if agent is not None:
             handler = agent._worker_group.spec.rdzv_handler
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                if agent.terminal is not None:
-                    from launcher.rdzv_barrier import close_for_exit
+                from launcher.rdzv_barrier import on_exit
 
-                    close_for_exit(handler, agent.terminal)
-                elif hasattr(handler, "leave_round"):
-                    handler.leave_round()
+                on_exit(handler, agent.terminal)
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)

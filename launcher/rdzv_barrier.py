@@ -93,6 +93,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._seen: dict[tuple[int, int], tuple[int, float]] = {}
         self.report: Callable[[str], None] = lambda text: None
         self.closed_reason: str | None = None
+        self._acked = False
         cas(self._s, Keys.ROUND, "", "0")
         self._s.set(Keys.opened(0), "1")
         self._thread = threading.Thread(target=self._keep_alive, daemon=True, name="rdzv-ka")
@@ -190,7 +191,36 @@ class BarrierRendezvousHandler(RendezvousHandler):
         reason = get_str(self._s, Keys.CLOSED)
         if reason is not None:
             self.closed_reason = reason
+            self.acknowledge_close()
             raise RendezvousClosedError(f"the rendezvous was closed: job {reason}")
+
+    def acknowledge_close(self) -> None:
+        """Tell the store host this node saw the end (it waits for that before exiting)."""
+        if not self._acked:
+            self._acked = True
+            self._s.set(Keys.ack(self._me.node_id), "1")
+
+    def wait_for_acks(self, limit_s: float | None = None) -> int:
+        """On the store host after the job ended: wait until every node of the last two
+        rounds that has not left has seen the end (or stopped beating), so none loses the
+        store before it learns the outcome. Bounded by the keep-alive timeout + 5 s.
+        Returns how many nodes never answered."""
+        deadline = time.monotonic() + (limit_s or self.keep_alive_timeout_s + 5)
+        r = get_int(self._s, Keys.ROUND)
+        waiting: dict[str, tuple[int, int]] = {}
+        for rr in (r - 1, r):
+            if rr < 0:
+                continue
+            for slot, p in self._participants(rr).items():
+                if p.node_id != self._me.node_id and not self._s.check([Keys.left(rr, slot)]):
+                    waiting[p.node_id] = (rr, slot)
+        while waiting and time.monotonic() < deadline:
+            for node_id, (rr, slot) in list(waiting.items()):
+                if self._s.check([Keys.ack(node_id)]) or not self._alive(rr, slot):
+                    del waiting[node_id]
+            if waiting:
+                time.sleep(0.05)
+        return len(waiting)
 
     def _open(self, r: int) -> None:
         """Open round r (only from r-1: a node still on an older round cannot)."""
@@ -246,6 +276,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
             if get_int(self._s, Keys.ROUND) != r:
                 return []  # fenced: the round moved on without closing with us
             alive = [p for i, p in self._participants(r).items() if self._alive(r, i)]
+            missing = self._missing_from_previous(r, {p.node_id for p in alive})
             try:
                 plan = assign(alive, self.min_nodes, self.segment)
             except AssignmentError as exc:
@@ -255,7 +286,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 last_call = None
             else:
                 last_call = last_call if last_call is not None else now + self.last_call_s
-                if len(alive) >= self.max_nodes or now >= last_call:
+                if len(alive) >= self.max_nodes or not missing or now >= last_call:
                     self._close(r, plan)
                     continue
             if now > deadline:
@@ -265,6 +296,22 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 )
             wait = POLL_S if last_call is None else max(0.01, min(POLL_S, last_call - now))
             self._wait_key(Keys.result(r), wait)
+
+    def _missing_from_previous(self, r: int, joined: set[str]) -> int:
+        """Nodes of round r-1 (active or standby) not in round r yet that are neither left
+        nor silent: while there are none, round r need not wait for its last call. Round
+        0 has no previous round: it waits for MAX nodes or its last call."""
+        if r == 0:
+            return 1
+        raw = get_str(self._s, Keys.result(r - 1))
+        if raw is None:
+            return 1
+        expected = {a["node_id"] for a in json.loads(raw)["nodes"]}
+        missing = 0
+        for slot, p in self._participants(r - 1).items():
+            if p.node_id in expected and p.node_id not in joined and self._alive(r - 1, slot):
+                missing += 1
+        return missing
 
     def _close(self, r: int, plan: list[Assignment]) -> None:
         if get_int(self._s, Keys.ROUND) != r:
@@ -321,11 +368,29 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 return
 
 
+def on_exit(handler: Any, terminal: str | None) -> None:
+    """What the launcher does with the rendezvous as it exits. A job-wide outcome
+    (`terminal`) closes it; anything else (a failed health check, a signal, an exception
+    local to this launcher: NVRx #421) leaves it open, this node marked as gone so the
+    others go on without waiting for its keep-alive. The store host stays until the
+    others have seen the end."""
+    if terminal is not None:
+        close_for_exit(handler, terminal)
+        return
+    if isinstance(handler, BarrierRendezvousHandler):
+        if handler.closed_reason is not None and handler.hosting:
+            handler.wait_for_acks()
+        handler.leave_round()
+
+
 def close_for_exit(handler: Any, reason: str) -> None:
     """Close the shared rendezvous for a job-wide decision (`succeeded`, `failed`: budget
     spent, `stopped`: STOP verdict acted on). Other handlers: their own shutdown."""
     if isinstance(handler, BarrierRendezvousHandler):
         handler.set_closed(reason)
+        handler.acknowledge_close()
+        if handler.hosting:
+            handler.wait_for_acks()
         handler.shutdown()
     else:
         handler.shutdown()

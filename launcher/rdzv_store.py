@@ -6,6 +6,7 @@ All keys live under `relaunch/rdzv/<run_id>/` (a `PrefixStore`):
 | --- | --- | --- |
 | `round` | compare_set | the open round R (the round nodes may close); created "0" |
 | `closed` | set | the job ended (`succeeded`, `failed`, `stopped`); nobody may join |
+| `closed/ack/<node>` | set | that node saw the end (the store host waits for these) |
 | `round/<R>/open` | set | round R was opened (waiters wait on this key) |
 | `round/<R>/count` | add | participants that joined round R (the add's result is the slot) |
 | `round/<R>/p/<slot>` | set | the participant's descriptor (JSON) |
@@ -71,6 +72,10 @@ class Keys:
 
     ROUND = "round"
     CLOSED = "closed"
+
+    @staticmethod
+    def ack(node_id: str) -> str:
+        return f"closed/ack/{node_id}"
 
     @staticmethod
     def opened(r: int) -> str:

@@ -224,6 +224,10 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
             sys.executable, "-m", "relaunch_cli", "run",
             "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el",
+            # torch's dynamic rendezvous: both nodes active (scale-up); with the default
+            # barrier rendezvous, --nnodes 1:2 makes the second node a hot spare
+            # (tests/test_rdzv_spares.py covers that case)
+            "--ft-rdzv-impl", "c10d",
             "--rdzv-conf", "last_call_timeout=2",
             "--log-dir", str(tmp_path / "logs"), "--job-id", "el",
             "--ft-db-url", f"sqlite:///{tmp_path / f'{name}.db'}",  # each node its own history

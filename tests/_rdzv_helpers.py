@@ -1,0 +1,91 @@
+"""Helpers of the rendezvous tests: several `relaunch run` launchers on loopback, each one
+a node, their console captured in a file per launcher."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests._launcher_helpers import REPO, relaunch_env
+
+RDZV_WORKER = REPO / "tests" / "workers" / "rdzv_job.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], limit_s: float = 120) -> None:
+    """Until the store host accepts connections (or it died): an event, bounded."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the store host never listened on {port} (exit {proc.poll()})")
+
+
+@dataclass
+class Node:
+    name: str
+    proc: subprocess.Popen[bytes]
+    console: Path
+
+    def wait(self, timeout: float = 240) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+
+def start_node(
+    tmp_path: Path,
+    name: str,
+    port: int,
+    nnodes: str,
+    *,
+    group_rank: int | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+    job: str = "rz",
+    worker: Path = RDZV_WORKER,
+) -> Node:
+    cmd = [
+        sys.executable, "-m", "relaunch_cli", "run",
+        "--nnodes", nnodes, "--nproc-per-node", "1",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
+        # rounds close when every expected node arrived; the window only bounds a wait
+        # for nodes that never come
+        "--rdzv-conf", "last_call_timeout=120",
+        "--log-dir", str(log_dir or tmp_path / "logs"), "--job-id", job,
+        "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
+        "--workers-stop-timeout", "3", "--max-restarts", "3", *extra,
+        str(worker),
+    ]  # fmt: skip
+    full_env = relaunch_env(tmp_path)
+    full_env["TEST_NODE"] = name
+    if group_rank is not None:
+        full_env["GROUP_RANK"] = str(group_rank)
+        cmd.insert(cmd.index("--log-dir"), "--ft-use-infra-group-rank")
+    full_env.update(env or {})
+    console = tmp_path / f"{name}.console"
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=full_env, stdout=out, stderr=subprocess.STDOUT
+        )
+    return Node(name, proc, console)
+
+
+def stop_all(nodes: list[Node]) -> None:
+    for n in nodes:
+        if n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait(timeout=30)

@@ -1,0 +1,66 @@
+"""Hot spares through real processes: four `relaunch run` launchers on loopback form one
+job with `--nnodes 2:4`; two are active, two wait as standbys. A node-specific failure
+takes an active node out (its worker fails, then its health check): a standby takes its
+place in the next round and the job completes, without the scheduler.
+
+Outcomes never depend on timing: a round closes when every node still expected has
+joined (the last-call window is 120 s and is never reached), nodes are ordered by their
+infra group rank (`GROUP_RANK`), and the store host is the first launcher, started and
+listening before the others."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def test_standby_replaces_a_failed_active_node(tmp_path: Path) -> None:
+    from tests._health_helpers import start_health_service
+
+    port = free_port()
+    nodes = []
+    fail = {"FAIL_NODE": "n1"}
+    try:
+        with start_health_service("fail_after_first") as endpoint:
+            n0 = start_node(tmp_path, "n0", port, "2:4", group_rank=0, env=fail)
+            nodes.append(n0)
+            wait_listening(port, n0.proc)  # n0 hosts the store; n1 is not the host
+            nodes.append(
+                start_node(
+                    tmp_path, "n1", port, "2:4", group_rank=1, env=fail,
+                    extra=("--ft-node-health-check-endpoint", endpoint),
+                )
+            )  # fmt: skip
+            for i in (2, 3):
+                nodes.append(start_node(tmp_path, f"n{i}", port, "2:4", group_rank=i, env=fail))
+            codes = [n.wait() for n in nodes]
+    finally:
+        stop_all(nodes)
+    out = {n.name: n.text() for n in nodes}
+    assert codes == [0, 4, 0, 0], out
+    # round 0: n0, n1 active (infra ranks 0, 1), n2, n3 standbys with reserved ranks 2, 3
+    assert "rendezvous round 0: active, group rank 0 of 2 (2 standby)" in out["n0"]
+    assert "rendezvous round 0: active, group rank 1 of 2 (2 standby)" in out["n1"]
+    assert "rendezvous round 0: standby (hot spare), reserved rank 2" in out["n2"]
+    assert "rendezvous round 0: standby (hot spare), reserved rank 3" in out["n3"]
+    # n1's worker failed, then its health check: it left without closing the rendezvous
+    assert "node unhealthy, not joining the rendezvous" in out["n1"]
+    # round 1: n0 returns as rank 0; the first standby (n2) replaces n1 as rank 1; n3 stays
+    assert "rendezvous round 1: active, group rank 0 of 2 (1 standby)" in out["n0"]
+    assert "rendezvous round 1: active, group rank 1 of 2 (1 standby)" in out["n2"]
+    assert "rendezvous round 1: standby (hot spare), reserved rank 2" in out["n3"]
+    assert "standby: the job succeeded without needing this node" in out["n3"]
+    # which launcher ran which rank in which cycle: the workers' own lines
+    logs = tmp_path / "logs" / "rz"
+    ran = {}
+    for log in sorted(logs.glob("cycle_*.log")):
+        for m in re.finditer(r"node (n\d) runs rank (\d) of (\d) in cycle (\d)", log.read_text()):
+            ran[(int(m.group(4)), int(m.group(2)))] = m.group(1)
+    assert ran == {(0, 0): "n0", (0, 1): "n1", (1, 0): "n0", (1, 1): "n2"}, ran
+    assert "cycle 0 log" not in out["n3"] and "cycle 1 log" not in out["n3"]
