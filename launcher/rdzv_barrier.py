@@ -5,7 +5,7 @@ A round R gathers participants (`round/R/...`, layout in `launcher.rdzv_store`) 
 can close: MAX nodes alive, or the rank assignment (`launcher.rdzv_ranks.assign`) is
 possible and the last-call window has passed since it first was. Any participant may
 close it; `compare_set` on the round's result makes the first writer win, and everyone
-reads the same assignment. A participant whose keep-alive counter stopped moving for the
+reads the same assignment. A participant whose last keep-alive is older than the
 keep-alive timeout, or that marked itself left, is not counted, so one that leaves
 mid-rendezvous is dropped instead of blocking the barrier.
 
@@ -90,7 +90,6 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._peer_check_at = 0.0
-        self._seen: dict[tuple[int, int], tuple[int, float]] = {}
         self.report: Callable[[str], None] = lambda text: None
         self.closed_reason: str | None = None
         self._acked = False
@@ -237,7 +236,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         slot = self._s.add(Keys.count(r), 1) - 1
         desc = Participant(**{**asdict(self._me), "was_active": self._was_active})
         self._s.set(Keys.participant(r, slot), dumps(asdict(desc)))
-        self._s.add(Keys.heartbeat(r, slot), 1)
+        self._s.set(Keys.heartbeat(r, slot), repr(time.time()))
         self._beat = (r, slot)
         return r, slot
 
@@ -256,15 +255,12 @@ class BarrierRendezvousHandler(RendezvousHandler):
         }
 
     def _alive(self, r: int, slot: int) -> bool:
+        """Not left, and its last keep-alive (wall-clock time, as torch's c10d rendezvous
+        keeps them: clocks must agree within the keep-alive timeout) is recent."""
         if self._s.check([Keys.left(r, slot)]):
             return False
-        value = get_int(self._s, Keys.heartbeat(r, slot))
-        now = time.monotonic()
-        seen = self._seen.get((r, slot))
-        if seen is None or seen[0] != value:
-            self._seen[(r, slot)] = (value, now)
-            return True
-        return now - seen[1] < self.keep_alive_timeout_s
+        beat = get_str(self._s, Keys.heartbeat(r, slot))
+        return beat is not None and time.time() - float(beat) < self.keep_alive_timeout_s
 
     def _wait_closed(self, r: int, slot: int, deadline: float) -> list[Assignment]:
         last_call: float | None = None
@@ -363,7 +359,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
             if beat is None:
                 continue
             try:
-                self._s.add(Keys.heartbeat(*beat), 1)
+                self._s.set(Keys.heartbeat(*beat), repr(time.time()))
             except Exception:  # noqa: BLE001 - the store went away; the agent will see it
                 return
 

@@ -10,7 +10,7 @@ All keys live under `relaunch/rdzv/<run_id>/` (a `PrefixStore`):
 | `round/<R>/open` | set | round R was opened (waiters wait on this key) |
 | `round/<R>/count` | add | participants that joined round R (the add's result is the slot) |
 | `round/<R>/p/<slot>` | set | the participant's descriptor (JSON) |
-| `round/<R>/hb/<slot>` | add | its keep-alive counter, bumped every keep-alive interval |
+| `round/<R>/hb/<slot>` | set | its last keep-alive (wall-clock time), every keep-alive interval |
 | `round/<R>/left/<slot>` | set | it left the round (failed health check, interrupted) |
 | `round/<R>/result` | compare_set | the closed round: assignments (JSON); the first writer wins |
 | `round/<R>/store/...` | the agent, the workers' bootstrap | the round's store for elastic |
@@ -103,11 +103,11 @@ class Keys:
 
     @staticmethod
     def store_prefix(r: int) -> str:
-        return f"round/{r}/store/"
+        return f"round/{r}/store"
 
 
 def run_store(store: Store, run_id: str) -> Store:
-    return PrefixStore(f"relaunch/rdzv/{run_id}/", store)
+    return PrefixStore(f"relaunch/rdzv/{run_id}", store)
 
 
 def get_str(store: Store, key: str) -> str | None:

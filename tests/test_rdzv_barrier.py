@@ -1,0 +1,183 @@
+"""The barrier rendezvous handler on a real c10d TCPStore, several handlers in one process
+(one per simulated node, each in its own thread): closing, keep-alives, leaving, round
+fencing, standbys, num_nodes_waiting, closing the job. No timing decides an outcome: a
+node that died is simulated by a keep-alive far in the past, never by waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from torch.distributed import TCPStore
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousParameters,
+)
+
+from launcher.rdzv_barrier import BarrierRendezvousHandler, close_for_exit
+from launcher.rdzv_store import Keys, dumps, get_int, get_str, run_store
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def server() -> Iterator[TCPStore]:
+    store = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True,
+                     timeout=timedelta(seconds=30))  # fmt: skip
+    yield store
+
+
+class Cluster:
+    def __init__(self, server: TCPStore, lo: int, hi: int, **conf: object) -> None:
+        self.port = server.port
+        self.lo, self.hi, self.conf = lo, hi, {"last_call_timeout": 120, **conf}
+        self.handlers: list[BarrierRendezvousHandler] = []
+        self.results: dict[int, object] = {}
+        self.threads: list[threading.Thread] = []
+        self.view = run_store(server, "t")
+
+    def handler(self, **kw: object) -> BarrierRendezvousHandler:
+        params = RendezvousParameters("c10d", f"127.0.0.1:{self.port}", "t", self.lo, self.hi,
+                                      local_addr="127.0.0.1", **self.conf)  # fmt: skip
+        client = TCPStore("127.0.0.1", self.port, is_master=False, timeout=timedelta(seconds=30))
+        h = BarrierRendezvousHandler(params, store=client, **kw)  # type: ignore[arg-type]
+        self.handlers.append(h)
+        return h
+
+    def join(self, h: BarrierRendezvousHandler) -> threading.Thread:
+        i = self.handlers.index(h)
+
+        def run() -> None:
+            try:
+                self.results[i] = h.next_rendezvous()
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                self.results[i] = exc
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.threads.append(t)
+        return t
+
+    def close(self) -> None:
+        for h in self.handlers:
+            h.shutdown()
+
+
+def ghost(view, r: int, node_id: str, *, beat: float, left: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """A participant written straight into round r: a launcher that joined, then died
+    (keep-alive far in the past) or left."""
+    slot = view.add(Keys.count(r), 1) - 1
+    view.set(Keys.participant(r, slot), dumps({"node_id": node_id, "addr": "zz", "pid": 1,
+             "infra_rank": None, "segment": None, "was_active": False}))  # fmt: skip
+    view.set(Keys.heartbeat(r, slot), repr(beat))
+    if left:
+        view.set(Keys.left(r, slot), "1")
+
+
+def test_a_round_closes_when_max_nodes_joined_with_ranks_by_infra_rank(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 4, 4)
+    try:
+        hs = [c.handler(infra_rank=10 - i) for i in range(4)]
+        for t in [c.join(h) for h in hs]:
+            t.join(60)
+        ranks = {i: (c.results[i].rank, c.results[i].world_size) for i in range(4)}
+        assert ranks == {0: (3, 4), 1: (2, 4), 2: (1, 4), 3: (0, 4)}
+        c.results[0].store.set("x", "round0")  # the round's store is scoped to the round
+        assert c.view.get("round/0/store/x") == b"round0"
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("how", ["stale keep-alive", "left"])
+def test_a_participant_gone_mid_rendezvous_does_not_block_or_join(server, how) -> None:  # type: ignore[no-untyped-def]
+    # MIN 2, MAX 3, no last-call window: the round closes as soon as it can
+    c = Cluster(server, 2, 3, last_call_timeout=0)
+    try:
+        a = c.handler()
+        if how == "left":
+            ghost(c.view, 0, "gone", beat=time.time() + 3600, left=True)
+        else:
+            ghost(c.view, 0, "gone", beat=time.time() - 3600)
+        b = c.handler()
+        for t in [c.join(a), c.join(b)]:
+            t.join(60)
+        result = get_str(c.view, Keys.result(0))
+        assert result is not None and "gone" not in result
+        assert sorted(c.results[i].rank for i in (0, 1)) == [0, 1]
+        assert {c.results[i].world_size for i in (0, 1)} == {2}
+    finally:
+        c.close()
+
+
+def test_standby_waits_and_does_not_restart_the_active_group(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 2, 3)
+    try:
+        a, b, s = c.handler(infra_rank=0), c.handler(infra_rank=1), c.handler(infra_rank=2)
+        ta, tb, ts = c.join(a), c.join(b), c.join(s)
+        ta.join(60)
+        tb.join(60)
+        assert (c.results[0].rank, c.results[1].rank) == (0, 1)
+        assert ts.is_alive() and 2 not in c.results  # the standby did not return
+        assert a.num_nodes_waiting() == 0 and b.num_nodes_waiting() == 0
+        # b leaves (failed health check): the next round opens, a must restart
+        b.leave_round()
+        assert a.num_nodes_waiting() == 1
+        ta = c.join(a)  # a restarts: round 1 = a (returning) + the standby
+        ta.join(60)
+        ts.join(60)
+        assert (c.results[0].rank, c.results[2].rank) == (0, 1)
+        assert get_int(c.view, Keys.ROUND) == 1
+    finally:
+        c.close()
+
+
+def test_stale_writes_of_an_earlier_round_cannot_change_the_current_one(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 2, 2)
+    try:
+        a, b, old = c.handler(infra_rank=0), c.handler(infra_rank=1), c.handler(infra_rank=5)
+        for t in [c.join(a), c.join(b)]:
+            t.join(60)
+        for t in [c.join(a), c.join(b)]:  # both restart: round 1
+            t.join(60)
+        r0, r1 = get_str(c.view, Keys.result(0)), get_str(c.view, Keys.result(1))
+        assert get_int(c.view, Keys.ROUND) == 1 and r0 and r1
+        # a node still acting on round 0 (it was active there, then stalled)
+        old._open(1)  # opening "the next round" from 0: round 1 is already open
+        old._close(0, [])  # closing round 0 again: fenced (round is 1; result exists)
+        old._close(1, [])  # closing round 1 again: the first result stays
+        assert get_int(c.view, Keys.ROUND) == 1
+        assert (get_str(c.view, Keys.result(0)), get_str(c.view, Keys.result(1))) == (r0, r1)
+    finally:
+        c.close()
+
+
+def test_duplicate_infra_ranks_fail_the_rendezvous_clearly(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 2, 2)
+    try:
+        hs = [c.handler(infra_rank=3), c.handler(infra_rank=3)]
+        for t in [c.join(h) for h in hs]:
+            t.join(60)
+        for i in (0, 1):
+            assert isinstance(c.results[i], RendezvousError)
+            assert "duplicate infra group rank 3" in str(c.results[i])
+    finally:
+        c.close()
+
+
+def test_closing_the_job_ends_the_standbys_with_its_outcome(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 1, 2)
+    try:
+        a, s = c.handler(infra_rank=0), c.handler(infra_rank=1)
+        ta, ts = c.join(a), c.join(s)
+        ta.join(60)
+        assert c.results[0].world_size == 1 and ts.is_alive()
+        close_for_exit(a, "succeeded")
+        ts.join(60)
+        assert isinstance(c.results[1], RendezvousClosedError)
+        assert s.closed_reason == "succeeded" and a.is_closed()
+    finally:
+        c.close()
