@@ -130,7 +130,6 @@ def rdzv_impl(text: str) -> str:
     if value == "legacy":
         raise ValueError(
             "the legacy rendezvous implementation was removed; barrier is the only implementation"
-            " (c10d selects torch's own dynamic rendezvous)"
         )
     if value not in ("barrier", "c10d"):
         raise ValueError("must be barrier (default) or c10d (torch's dynamic rendezvous)")

@@ -11,6 +11,7 @@ listening before the others."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,44 @@ def test_standby_replaces_a_failed_active_node(tmp_path: Path) -> None:
             ran[(int(m.group(4)), int(m.group(2)))] = m.group(1)
     assert ran == {(0, 0): "n0", (0, 1): "n1", (1, 0): "n0", (1, 1): "n2"}, ran
     assert "cycle 0 log" not in out["n3"] and "cycle 1 log" not in out["n3"]
+
+
+def test_standby_replaces_a_killed_launcher(tmp_path: Path) -> None:
+    """SIGKILL of an active launcher that does not host the store (and of its worker, which
+    a killed launcher would leave behind): its keep-alives stop; the surviving active node's
+    worker fails in the collective, it comes back, and a standby fills the gap."""
+    import os
+    import signal
+
+    port = free_port()
+    env = {"HOLD_NODE": "n1", "PID_DIR": str(tmp_path)}
+    fast = ("--rdzv-conf", "last_call_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3")
+    nodes = []
+    try:
+        n0 = start_node(tmp_path, "n0", port, "2:3", group_rank=0, env=env, extra=fast)
+        nodes.append(n0)
+        wait_listening(port, n0.proc)
+        for i in (1, 2):
+            nodes.append(
+                start_node(tmp_path, f"n{i}", port, "2:3", group_rank=i, env=env, extra=fast)
+            )
+        pid_file = tmp_path / "n1.pid"
+        deadline = time.monotonic() + 240
+        while not pid_file.exists() and time.monotonic() < deadline:  # n1's worker is up
+            time.sleep(0.1)
+        assert pid_file.exists(), {n.name: n.text() for n in nodes}
+        os.kill(nodes[1].proc.pid, signal.SIGKILL)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        codes = [nodes[0].wait(), nodes[1].wait(), nodes[2].wait()]
+    finally:
+        stop_all(nodes)
+    out = {n.name: n.text() for n in nodes}
+    assert codes == [0, -9, 0], out
+    assert "rendezvous round 0: standby (hot spare), reserved rank 2" in out["n2"]
+    assert "rendezvous round 1: active, group rank 0 of 2 (0 standby)" in out["n0"]
+    assert "rendezvous round 1: active, group rank 1 of 2 (0 standby)" in out["n2"]
+    ran = {}
+    for log in sorted((tmp_path / "logs" / "rz").glob("cycle_1.*.log")):
+        for m in re.finditer(r"node (n\d) runs rank (\d) of (\d) in cycle (\d)", log.read_text()):
+            ran[int(m.group(2))] = m.group(1)
+    assert ran == {0: "n0", 1: "n2"}, ran
