@@ -87,7 +87,6 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._was_active = False
         self._active: tuple[int, list[Assignment], dict[str, int]] | None = None
         self._beat: tuple[int, int] | None = None  # (round, slot) kept alive
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._peer_check_at = 0.0
         self.report: Callable[[str], None] = lambda text: None
