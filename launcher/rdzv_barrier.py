@@ -146,7 +146,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
             self._active = None
         while True:
             self._raise_if_closed()
-            r, slot = self._join(deadline)
+            r, slot = self._join()
             result = self._wait_closed(r, slot, deadline)
             mine = next((a for a in result if a.node_id == self._me.node_id), None)
             if mine is None:  # joined after the round closed: the next one
@@ -226,12 +226,15 @@ class BarrierRendezvousHandler(RendezvousHandler):
         if now == str(r):
             self._s.set(Keys.opened(r), "1")
 
-    def _join(self, deadline: float) -> tuple[int, int]:
+    def _join(self) -> tuple[int, int]:
         while True:
             r = get_int(self._s, Keys.ROUND)
             if get_str(self._s, Keys.result(r)) is None:
                 break
-            self._wait_next_round(r, None, deadline)  # closed without us: wait for r+1
+            # round r runs without us (a node the scheduler added or restarted): wait as a
+            # hot spare, without a deadline, until r+1 opens
+            self.report(f"rendezvous round {r} is running; waiting for the next round")
+            self._wait_next_round(r, None, None)
         slot = self._s.add(Keys.count(r), 1) - 1
         desc = Participant(**{**asdict(self._me), "was_active": self._was_active})
         self._s.set(Keys.participant(r, slot), dumps(asdict(desc)))

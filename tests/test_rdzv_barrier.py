@@ -181,3 +181,22 @@ def test_closing_the_job_ends_the_standbys_with_its_outcome(server) -> None:  # 
         assert s.closed_reason == "succeeded" and a.is_closed()
     finally:
         c.close()
+
+
+def test_a_node_arriving_while_the_job_runs_waits_as_a_spare(server) -> None:  # type: ignore[no-untyped-def]
+    c = Cluster(server, 2, 3, last_call_timeout=0)
+    try:
+        a, b = c.handler(infra_rank=0), c.handler(infra_rank=1)
+        for t in [c.join(a), c.join(b)]:
+            t.join(60)
+        late = c.handler(infra_rank=2)  # the scheduler's replacement, after round 0 closed
+        tl = c.join(late)
+        assert a.num_nodes_waiting() == 0  # it does not make the active group restart
+        assert get_int(c.view, Keys.count(0)) == 2  # and it is not counted in round 0
+        b.leave_round()
+        ta = c.join(a)
+        ta.join(60)
+        tl.join(60)
+        assert (c.results[0].rank, c.results[2].rank, c.results[2].world_size) == (0, 1, 2)
+    finally:
+        c.close()
