@@ -9,7 +9,8 @@
   ClusterUUID from NVML (`nvmlDeviceGetGpuFabricInfoV`, else `nvmlDeviceGetGpuFabricInfo`;
   all GPUs of the node must agree), overridden by `RELAUNCH_SEGMENT_ID` or by the first
   line of the file named by `RELAUNCH_SEGMENT_ID_FILE` (CPU machines, tests).
-- `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above).
+- `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above,
+  the numeric `--rdzv-conf` values the barrier rendezvous reads).
 """
 
 from __future__ import annotations
@@ -83,6 +84,31 @@ def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
         ) from None
 
 
+_CONF_NUMBERS = {  # --rdzv-conf keys the barrier rendezvous reads: (type, minimum)
+    "last_call_timeout": (int, 0),
+    "join_timeout": (int, 1),
+    "keep_alive_interval": (float, 0.01),
+    "keep_alive_max_attempt": (int, 1),
+    "read_timeout": (int, 1),
+}
+
+
+def check_conf(conf: str) -> None:
+    """The numeric `--rdzv-conf` values of the barrier rendezvous (one-line reason)."""
+    for part in conf.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in _CONF_NUMBERS:
+            continue
+        kind, low = _CONF_NUMBERS[key]
+        try:
+            number = kind(value.strip())
+        except ValueError:
+            raise ValueError(f"--rdzv-conf {key}={value!r}: not a number") from None
+        if number < low:
+            raise ValueError(f"--rdzv-conf {key}={value!r}: must be >= {low}")
+
+
 def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     """Config-time checks of the rendezvous options; fills `settings.infra_rank` and
     `settings.segment_id`. Raises ValueError (one line)."""
@@ -91,6 +117,8 @@ def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     s.infra_rank = None
     s.segment_id = None
     barrier = s.ft_rdzv_impl == "barrier" and s.rdzv_backend == "c10d"
+    if barrier and s.rdzv_conf:
+        check_conf(s.rdzv_conf)
     if s.ft_segment is not None:
         if not barrier:
             raise ValueError("--ft-segment needs the barrier rendezvous (--rdzv-backend c10d)")

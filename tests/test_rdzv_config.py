@@ -97,3 +97,12 @@ def test_unknown_rdzv_impl_is_a_usage_error(tmp_path: Path) -> None:
     r = run_relaunch(tmp_path, ["--ft-rdzv-impl", "fancy", str(RDZV_WORKER)], timeout=60)
     assert r.returncode == 2
     assert "must be barrier (default) or c10d" in r.stderr
+
+
+def test_bad_rendezvous_conf_numbers(tmp_path: Path) -> None:
+    line = _usage_error(
+        tmp_path, ["--nnodes", "2:4", "--rdzv-conf", "keep_alive_interval=x", *MULTI]
+    )
+    assert "--rdzv-conf keep_alive_interval='x': not a number" in line
+    line = _usage_error(tmp_path, ["--nnodes", "2:4", "--rdzv-conf", "join_timeout=0", *MULTI])
+    assert "--rdzv-conf join_timeout='0': must be >= 1" in line
