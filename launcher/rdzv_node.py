@@ -36,27 +36,48 @@ def infra_group_rank(env: Mapping[str, str]) -> tuple[int, str]:
     raise ValueError(f"none of {', '.join(INFRA_RANK_VARS)} is set on this node")
 
 
-def _cluster_uuid() -> str:
-    import pynvml  # nvidia-ml-py, as launcher.health.nvml
+FABRIC_STATE_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED: the GPU joined its fabric
+
+
+def cluster_id_from(fabric: list[tuple[int, int, bytes]]) -> str:
+    """The node's NVLink domain from each GPU's (state, status, clusterUuid bytes), as
+    NVML reports them; ValueError when there is none or the GPUs disagree. Pure."""
+    import uuid as _uuid
+
+    ids = set()
+    for state, status, raw in fabric:
+        if state != FABRIC_STATE_COMPLETED or status != 0 or not any(raw):
+            continue
+        ids.add(str(_uuid.UUID(bytes=bytes(raw[:16]))))
+    if not ids:
+        raise ValueError("no GPU of this node reports a completed NVLink fabric ClusterUUID")
+    if len(ids) > 1:
+        raise ValueError(f"this node's GPUs report different ClusterUUIDs: {sorted(ids)}")
+    return ids.pop()
+
+
+def _read_fabric() -> list[tuple[int, int, bytes]]:
+    """(state, status, clusterUuid) of every GPU through NVML (pynvml, as
+    launcher.health.nvml): `nvmlDeviceGetGpuFabricInfoV`, else the older call."""
+    import ctypes
+
+    import pynvml
 
     pynvml.nvmlInit()
     try:
-        uuids = set()
+        out = []
         for i in range(int(pynvml.nvmlDeviceGetCount())):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            getter = getattr(pynvml, "nvmlDeviceGetGpuFabricInfoV", None)
-            info = getter(handle) if getter else pynvml.nvmlDeviceGetGpuFabricInfo(handle)
-            raw = info.clusterUuid
-            value = bytes(raw).hex() if not isinstance(raw, str) else raw
-            if value.strip("0"):
-                uuids.add(value)
+            if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):
+                info = pynvml.c_nvmlGpuFabricInfoV_t()
+                pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+            else:
+                info = pynvml.c_nvmlGpuFabricInfo_t()
+                pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            out.append((int(info.state), int(info.status), bytes(info.clusterUuid)))
+        return out
     finally:
         pynvml.nvmlShutdown()
-    if not uuids:
-        raise ValueError("no GPU reports an NVLink fabric ClusterUUID")
-    if len(uuids) > 1:
-        raise ValueError(f"this node's GPUs report different ClusterUUIDs: {sorted(uuids)}")
-    return uuids.pop()
 
 
 def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
@@ -74,14 +95,16 @@ def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
             raise ValueError(f"{SEGMENT_FILE_ENV}={path}: the file's first line is empty")
         return value, SEGMENT_FILE_ENV
     try:
-        return _cluster_uuid(), "nvml"
-    except ValueError:
-        raise
+        fabric = _read_fabric()
     except Exception as exc:  # noqa: BLE001 - no driver, no pynvml, unsupported GPU
         raise ValueError(
             f"cannot read the NVLink ClusterUUID through NVML ({type(exc).__name__}: {exc}); "
             f"set {SEGMENT_ENV} or {SEGMENT_FILE_ENV}"
         ) from None
+    try:
+        return cluster_id_from(fabric), "nvml"
+    except ValueError as exc:
+        raise ValueError(f"{exc}; set {SEGMENT_ENV} or {SEGMENT_FILE_ENV}") from None
 
 
 _CONF_NUMBERS = {  # --rdzv-conf keys the barrier rendezvous reads: (type, minimum)

@@ -106,3 +106,27 @@ def test_bad_rendezvous_conf_numbers(tmp_path: Path) -> None:
     assert "--rdzv-conf keep_alive_interval='x': not a number" in line
     line = _usage_error(tmp_path, ["--nnodes", "2:4", "--rdzv-conf", "join_timeout=0", *MULTI])
     assert "--rdzv-conf join_timeout='0': must be >= 1" in line
+
+
+def test_cluster_id_from_nvml_fabric_info() -> None:
+    done, uid = rdzv_node.FABRIC_STATE_COMPLETED, bytes(range(1, 17))
+    expected = "01020304-0506-0708-090a-0b0c0d0e0f10"
+    assert rdzv_node.cluster_id_from([(done, 0, uid), (done, 0, uid)]) == expected
+    # GPUs not (yet) in a fabric, or with an error status, are not a domain
+    with pytest.raises(ValueError, match="no GPU of this node reports"):
+        rdzv_node.cluster_id_from([(1, 0, uid), (done, 5, uid), (done, 0, bytes(16))])
+    with pytest.raises(ValueError, match="no GPU of this node reports"):
+        rdzv_node.cluster_id_from([])
+    with pytest.raises(ValueError, match="different ClusterUUIDs"):
+        rdzv_node.cluster_id_from([(done, 0, uid), (done, 0, bytes(range(2, 18)))])
+
+
+def test_segment_id_through_the_real_nvml() -> None:
+    """Here (no driver) and on a GPU machine without an NVLink fabric: a one-line reason
+    naming the override; on an NVSwitch system: the fabric's ClusterUUID."""
+    try:
+        value, source = rdzv_node.segment_id({})
+    except ValueError as exc:
+        assert "RELAUNCH_SEGMENT_ID" in str(exc) and "\n" not in str(exc)
+    else:
+        assert source == "nvml" and len(value) == 36
