@@ -106,3 +106,32 @@ def test_standby_replaces_a_killed_launcher(tmp_path: Path) -> None:
         for m in re.finditer(r"node (n\d) runs rank (\d) of (\d) in cycle (\d)", log.read_text()):
             ran[int(m.group(2))] = m.group(1)
     assert ran == {0: "n0", 1: "n2"}, ran
+
+
+def test_a_returning_active_node_keeps_its_place_over_the_standbys(tmp_path: Path) -> None:
+    """n1's worker fails once (a local failure); n1 comes back to the rendezvous healthy:
+    it stays active with its rank, both standbys stay standbys, the job completes."""
+    port = free_port()
+    env = {"FAIL_NODE": "n1"}
+    nodes = []
+    try:
+        n0 = start_node(tmp_path, "n0", port, "2:4", group_rank=0, env=env)
+        nodes.append(n0)
+        wait_listening(port, n0.proc)
+        for i in (1, 2, 3):
+            nodes.append(start_node(tmp_path, f"n{i}", port, "2:4", group_rank=i, env=env))
+        codes = [n.wait() for n in nodes]
+    finally:
+        stop_all(nodes)
+    out = {n.name: n.text() for n in nodes}
+    assert codes == [0, 0, 0, 0], out
+    assert "rendezvous round 1: active, group rank 0 of 2 (2 standby)" in out["n0"]
+    assert "rendezvous round 1: active, group rank 1 of 2 (2 standby)" in out["n1"]
+    for name, rank in (("n2", 2), ("n3", 3)):
+        assert f"rendezvous round 1: standby (hot spare), reserved rank {rank}" in out[name]
+        assert "cycle 0 log" not in out[name] and "cycle 1 log" not in out[name]
+    ran = {}
+    for log in sorted((tmp_path / "logs" / "rz").glob("cycle_*.log")):
+        for m in re.finditer(r"node (n\d) runs rank (\d) of (\d) in cycle (\d)", log.read_text()):
+            ran[(int(m.group(4)), int(m.group(2)))] = m.group(1)
+    assert ran == {(0, 0): "n0", (0, 1): "n1", (1, 0): "n0", (1, 1): "n1"}, ran
