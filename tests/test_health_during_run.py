@@ -199,6 +199,9 @@ def test_two_nodes_the_one_whose_nic_fails_leaves_and_the_other_goes_on(tmp_path
             sys.executable, "-m", "relaunch_cli", "run",
             "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
+            # torch's dynamic rendezvous: both nodes active (scale-up); with the default
+            # barrier rendezvous --nnodes 1:2 makes the second node a hot spare
+            "--ft-rdzv-impl", "c10d",
             "--rdzv-conf", "last_call_timeout=2",
             "--log-dir", str(tmp_path / "logs"), "--job-id", "two",
             "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
