@@ -10,9 +10,66 @@ prints (see SPEC.md).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
-Decision = Literal["STOP", "RESTART"]
+
+class Decision(StrEnum):
+    """A verdict's decision. A `StrEnum`: equal to, hashed and JSON-encoded as its value,
+    so `"STOP" == Decision.STOP` and stored/printed verdicts keep their plain strings."""
+
+    STOP = "STOP"
+    RESTART = "RESTART"
+
+
+class JobState(StrEnum):
+    """A job's state as storage keeps it (`jobs.state`)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+    UNKNOWN = "unknown"
+
+
+class Rule(StrEnum):
+    """Ids of the verdict policy's rules (`Verdict.rule`; SPEC.md 'Verdict policy')."""
+
+    STOP_SCHEDULER_TERMINATED = "stop.scheduler_terminated"
+    STOP_CERTAIN_WORKLOAD_BUG = "stop.certain_workload_bug"
+    STOP_USER_IMPORT_ERROR = "stop.user_import_error"
+    STOP_INVALID_CONFIG = "stop.invalid_config"
+    STOP_UNKNOWN_PROGRESS_RECURRENCE = "stop.unknown_progress_recurrence"
+    STOP_STARTUP_RECURRENCE = "stop.startup_recurrence"
+    STOP_WORKLOAD_RECURRENCE = "stop.workload_recurrence"
+    STOP_SAME_ROOT_CEILING = "stop.same_root_ceiling"
+    STOP_JOB_NO_PROGRESS_CEILING = "stop.job_no_progress_ceiling"
+    RESTART_PROGRESS = "restart.progress"
+    RESTART_PROGRESS_UNKNOWN = "restart.progress_unknown"
+    RESTART_NO_EVIDENCE = "restart.no_evidence"
+    RESTART_CASCADE_ONLY = "restart.cascade_only"
+    RESTART_WORKLOAD_FIRST = "restart.workload_first"
+    RESTART_RETRYABLE_WORKLOAD = "restart.retryable_workload"
+    RESTART_INFRASTRUCTURE = "restart.infrastructure"
+    RESTART_UNHEALTHY_NODE_EXCLUDED = "restart.unhealthy_node_excluded"
+    # the LLM's one override (restart_agent/llm/policy.py), never the deterministic policy's
+    LLM_GROUNDED_WORKLOAD_BUG = "llm_grounded_workload_bug"
+
+    @property
+    def decision(self) -> Decision:
+        """The decision a rule makes (its id's prefix)."""
+        return Decision.RESTART if self.value.startswith("restart.") else Decision.STOP
+
+
+def _decision_or_none(v: Any) -> Decision | None:
+    """A stored decision string as a `Decision` (None when absent or not one)."""
+    try:
+        return Decision(v) if v is not None else None
+    except ValueError:
+        return None
+
+
 Domain = Literal["infrastructure", "workload", "unknown"]
 Role = Literal["root", "cascade", "confirmation", "teardown", "diagnostic"]
 
@@ -215,7 +272,7 @@ class PriorCycle:
         progress = verdict.get("progress") or {}
         return cls(
             cycle=cycle,
-            decision=verdict.get("decision"),
+            decision=_decision_or_none(verdict.get("decision")),
             fingerprint=primary.get("fingerprint"),
             failure_class=primary.get("failure_class"),
             domain=primary.get("domain"),
@@ -345,7 +402,7 @@ class Verdict:
 
     decision: Decision
     basis: str  # one sentence a person can read
-    rule: str  # id of the policy rule that decided
+    rule: Rule  # id of the policy rule that decided
     primary: Evidence | None
     cascades: list[CascadeGroup]
     progress: Progress
@@ -362,9 +419,9 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "decision": self.decision,
+            "decision": str(self.decision),  # plain strings: the JSON/DB form
             "basis": self.basis,
-            "rule": self.rule,
+            "rule": str(self.rule),
             "primary": self.primary.to_dict() if self.primary else None,
             "cascades": [c.to_dict() for c in self.cascades],
             "progress": self.progress.to_dict(),

@@ -65,11 +65,13 @@ from restart_agent.blame import pick_primary
 from restart_agent.lines import is_user_frame
 from restart_agent.model import (
     CycleEvidence,
+    Decision,
     Evidence,
     NodeHealthNote,
     PolicyConfig,
     PriorCycle,
     Progress,
+    Rule,
     Verdict,
 )
 from restart_agent.stragglers import suspect as straggler_suspect
@@ -83,11 +85,11 @@ WORKLOAD_RECOVERABILITY = ("probable", "user_import", "config")
 # the node's doing. Immediate STOPs (syntax errors, scheduler ends, ...) never are.
 HEALTH_OVERRIDABLE_RULES = frozenset(
     {
-        "stop.startup_recurrence",
-        "stop.workload_recurrence",
-        "stop.same_root_ceiling",
-        "stop.job_no_progress_ceiling",
-        "stop.unknown_progress_recurrence",
+        Rule.STOP_STARTUP_RECURRENCE,
+        Rule.STOP_WORKLOAD_RECURRENCE,
+        Rule.STOP_SAME_ROOT_CEILING,
+        Rule.STOP_JOB_NO_PROGRESS_CEILING,
+        Rule.STOP_UNKNOWN_PROGRESS_RECURRENCE,
     }
 )
 RANK_SOURCES = {
@@ -399,11 +401,11 @@ def decide(
     unhealthy = [n for n in notes if not n.healthy]
     suspects = [n for n in unhealthy if n.ran_this_cycle]
 
-    def verdict(decision: str, rule: str, basis: str) -> Verdict:
+    def verdict(decision: Decision, rule: Rule, basis: str) -> Verdict:
         if unhealthy:
             said = " " + " ".join(_health_sentence(n) for n in unhealthy)
-            if decision == "STOP" and rule in HEALTH_OVERRIDABLE_RULES and suspects:
-                decision, rule = "RESTART", "restart.unhealthy_node_excluded"
+            if decision == Decision.STOP and rule in HEALTH_OVERRIDABLE_RULES and suspects:
+                decision, rule = Decision.RESTART, Rule.RESTART_UNHEALTHY_NODE_EXCLUDED
                 basis = (
                     f"Would stop ({basis.rstrip('.')}), but node(s) "
                     f"{', '.join(n.node for n in suspects)} that ran this cycle failed "
@@ -430,40 +432,40 @@ def decide(
     if primary is not None and role == "root":
         if rec == "terminated":
             return verdict(
-                "STOP",
-                "stop.scheduler_terminated",
+                Decision.STOP,
+                Rule.STOP_SCHEDULER_TERMINATED,
                 f"The job was ended by the scheduler or the user ({cls}); restarting inside this allocation cannot help.",
             )
         if rec == "stop":
             return verdict(
-                "STOP",
-                "stop.certain_workload_bug",
+                Decision.STOP,
+                Rule.STOP_CERTAIN_WORKLOAD_BUG,
                 f"{cls} is a bug in the code that no restart can fix.",
             )
         if rec == "user_import" and _user_import_everywhere(primary, evidence):
             return verdict(
-                "STOP",
-                "stop.user_import_error",
+                Decision.STOP,
+                Rule.STOP_USER_IMPORT_ERROR,
                 f"Import of the user's own code failed ({primary.user_frame}) on every rank that reported; a restart runs the same code.",
             )
         if rec == "config" and not ever_progress:
             return verdict(
-                "STOP",
-                "stop.invalid_config",
+                Decision.STOP,
+                Rule.STOP_INVALID_CONFIG,
                 f"Invalid argument/config ({cls}) before any progress; a restart uses the same arguments.",
             )
     # ----------------------------------------------------------------- progress
     if flag == ADVANCED and prior:
         return verdict(
-            "RESTART",
-            "restart.progress",
+            Decision.RESTART,
+            Rule.RESTART_PROGRESS,
             "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
         )
     run = counts["identical_cycles_progress_unknown"]
     if flag == UNKNOWN and prior and run >= config.job_no_progress_ceiling:
         return verdict(
-            "STOP",
-            "stop.unknown_progress_recurrence",
+            Decision.STOP,
+            Rule.STOP_UNKNOWN_PROGRESS_RECURRENCE,
             f"Workload bug {cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {progress_basis}; stop at {config.job_no_progress_ceiling}, job_no_progress_ceiling).",
         )
     if flag == UNKNOWN and prior:
@@ -475,8 +477,8 @@ def decide(
             else "the job progressed before and this cycle's log has no progress report"
         )
         return verdict(
-            "RESTART",
-            "restart.progress_unknown",
+            Decision.RESTART,
+            Rule.RESTART_PROGRESS_UNKNOWN,
             f"Progress unknown: {why}; unknown progress counts toward no infrastructure ceiling ({run} identical workload cycle(s) without progress shown, stop at {config.job_no_progress_ceiling}).",
         )
     # ----------------------------------------------------------------- ceilings (no progress, or first cycle)
@@ -491,13 +493,13 @@ def decide(
         identical = counts["identical_prior_cycles"]
         if flag == STARTUP:
             return verdict(
-                "STOP",
-                "stop.startup_recurrence",
+                Decision.STOP,
+                Rule.STOP_STARTUP_RECURRENCE,
                 f"Workload bug {cls} recurred identically before the first iteration ({identical} prior identical cycle(s) without progress, stop after {config.workload_recurrence_stop}; progress: {progress_basis}).",
             )
         return verdict(
-            "STOP",
-            "stop.workload_recurrence",
+            Decision.STOP,
+            Rule.STOP_WORKLOAD_RECURRENCE,
             f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
         )
     if (
@@ -506,23 +508,23 @@ def decide(
         and counts["same_root_retries_without_progress"] >= config.same_root_no_progress_retries
     ):
         return verdict(
-            "STOP",
-            "stop.same_root_ceiling",
+            Decision.STOP,
+            Rule.STOP_SAME_ROOT_CEILING,
             f"{cls} recurred {counts['same_root_retries_without_progress']} time(s) after restarts without progress (ceiling {config.same_root_no_progress_retries}).",
         )
     if flag in NO_PROGRESS and counts["consecutive_no_progress"] >= config.job_no_progress_ceiling:
         start = " (startup failures included)" if flag == STARTUP else ""
         return verdict(
-            "STOP",
-            "stop.job_no_progress_ceiling",
+            Decision.STOP,
+            Rule.STOP_JOB_NO_PROGRESS_CEILING,
             f"{counts['consecutive_no_progress']} consecutive restarts without progress{start}, whatever the cause (ceiling {config.job_no_progress_ceiling}).",
         )
     # ----------------------------------------------------------------- RESTART
     left = f" {budgets['job_retries_left']} restart(s) without progress left in the job."
     if primary is None:
         return verdict(
-            "RESTART",
-            "restart.no_evidence",
+            Decision.RESTART,
+            Rule.RESTART_NO_EVIDENCE,
             "No failure signature matched; the default is to restart." + left,
         )
     if role != "root":
@@ -533,23 +535,23 @@ def decide(
             )
         else:
             basis = f"Only cascades ({cls}) were found, the initiating failure is not in the log; restart within the budgets."
-        return verdict("RESTART", "restart.cascade_only", basis + left)
+        return verdict(Decision.RESTART, Rule.RESTART_CASCADE_ONLY, basis + left)
     if workload:
         kind = "Probable workload bug" if rec == "probable" else "Workload bug"
         return verdict(
-            "RESTART",
-            "restart.workload_first",
+            Decision.RESTART,
+            Rule.RESTART_WORKLOAD_FIRST,
             f"{kind} {cls}; restart once to see whether it recurs without progress ({budgets['workload_recurrences_left']} identical recurrence(s) without progress left).",
         )
     if domain == "workload" and rec == "retry":
         return verdict(
-            "RESTART",
-            "restart.retryable_workload",
+            Decision.RESTART,
+            Rule.RESTART_RETRYABLE_WORKLOAD,
             f"{cls} may not recur on a restart (retryable within the budgets); {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
         )
     return verdict(
-        "RESTART",
-        "restart.infrastructure",
+        Decision.RESTART,
+        Rule.RESTART_INFRASTRUCTURE,
         f"{cls} ({domain}) can heal on restart; {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
     )
 
@@ -563,8 +565,8 @@ def _build(
     evidence: CycleEvidence,
     primary: Evidence | None,
     reason: str,
-    decision: str,
-    rule: str,
+    decision: Decision,
+    rule: Rule,
     basis: str,
     history: Mapping[str, object],
     budgets: Mapping[str, object],
@@ -616,7 +618,7 @@ def _build(
             "node_health": facts.node_health[:64],
         }
     return Verdict(
-        decision=decision,  # type: ignore[arg-type]
+        decision=decision,
         basis=basis,
         rule=rule,
         primary=primary,

@@ -23,6 +23,7 @@ from sqlalchemy import Engine, case, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
+from restart_agent.model import Decision, JobState
 from storage import job_id as job_id_rule
 from storage.db import StorageError, writer
 from storage.models import AlertClaim, Cycle, EvidenceRow, Job
@@ -39,11 +40,16 @@ _LIST_COLUMNS = tuple(
 _LIST_COLUMNS_FULL = _LIST_COLUMNS + tuple(Cycle.__table__.columns[n] for n in _JSON_COLUMNS)
 
 MAX_EVIDENCE_ROWS = 200
-JOB_STATES = ("running", "succeeded", "failed", "stopped", "interrupted", "unknown")
+# plain strings (the column's values) in `JobState`'s order
+JOB_STATES = tuple(s.value for s in JobState)
 # set only by the launcher (end_job, set_job_state); a later verdict never overwrites them
-FINAL_JOB_STATES = ("succeeded", "failed", "interrupted")
+FINAL_JOB_STATES = tuple(
+    s.value for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
+)
 # how a job ends (end_job) and how a cycle ends (end_cycle)
-END_STATES = ("succeeded", "failed", "stopped", "interrupted")
+END_STATES = tuple(
+    s.value for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.INTERRUPTED)
+)
 CYCLE_OUTCOMES = END_STATES
 _MAX_REASON = 2000
 
@@ -236,7 +242,7 @@ class HistoryRepository:
         """
         job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
         verdict = _check_json("verdict", verdict)
-        if verdict.get("decision") not in ("STOP", "RESTART"):
+        if verdict.get("decision") not in tuple(Decision):
             raise ValueError(
                 f"verdict decision must be STOP or RESTART, got {verdict.get('decision')!r}"
             )
@@ -867,7 +873,7 @@ def verdict_job_state(
         return None
     if current in FINAL_JOB_STATES:
         return None
-    return "stopped" if decision == "STOP" else "running"
+    return (JobState.STOPPED if decision == Decision.STOP else JobState.RUNNING).value
 
 
 def _window(q: Any, since: datetime | None, until: datetime | None) -> Any:

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from restart_agent.model import PolicyConfig
+from restart_agent.model import Decision, PolicyConfig, Rule
 
-RULE = "llm_grounded_workload_bug"
+RULE = Rule.LLM_GROUNDED_WORKLOAD_BUG.value  # plain str: the verdict here is the stored dict
 HOW = "shortened the workload retry budget: STOP now instead of waiting for an identical recurrence"
 
 
@@ -113,7 +113,7 @@ def why_not(
         bad = [k for k, ok in (enrichment.get("claims") or {}).items() if not ok]
         return f"answer is not grounded ({', '.join(bad) or 'no claims'})"
     answer = enrichment.get("answer") or {}
-    if verdict.get("decision") != "RESTART":
+    if verdict.get("decision") != Decision.RESTART:
         return "verdict is already STOP"
     primary = verdict.get("primary") or {}
     if primary.get("domain") != "workload":
@@ -174,7 +174,7 @@ def apply_enrichment(
         record["contributed"] = True
         record["how"] = HOW
         record["deterministic"] = {k: verdict.get(k) for k in ("decision", "rule", "basis")}
-        out["decision"] = "STOP"
+        out["decision"] = Decision.STOP.value
         out["rule"] = RULE
         out["basis"] = (
             f"{verdict.get('basis') or ''} An LLM answer grounded in the log says this is a "
