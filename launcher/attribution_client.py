@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 if TYPE_CHECKING:
-    from attribution.core.engine import VerdictEvent
+    from attribution.core.engine import AttributionEngine, VerdictEvent
+    from restart_agent.model import Verdict
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class VerdictInfo:
     """One cycle's verdict as the launcher uses it."""
 
     cycle: int
-    decision: str  # "STOP" | "RESTART"
+    # "STOP" | "RESTART": a `restart_agent.model.Decision` in embedded mode, a plain string
+    # from HTTP (the HTTP client does not import the agent: ~150 ms at launcher start)
+    decision: str
     reason: str
     rule: str | None = None
     source: str = "embedded"  # embedded | http | fallback
@@ -324,10 +327,26 @@ class OffClient(AttributionClient):
         return None
 
 
+def _from_verdict(cycle: int, verdict: Verdict, source: str) -> VerdictInfo:
+    """A verdict this process decided (embedded engine)."""
+    return VerdictInfo(
+        cycle=cycle,
+        decision=verdict.decision,
+        reason=verdict.basis,
+        rule=str(verdict.rule),
+        source=source,
+        raw=verdict.to_dict(),
+    )
+
+
 def _from_verdict_dict(cycle: int, verdict: dict[str, Any], source: str) -> VerdictInfo:
-    decision = str(verdict.get("decision") or "RESTART").upper()
-    if decision not in ("STOP", "RESTART"):
-        decision = "RESTART"
+    """A verdict in its JSON form (the LLM enrichment's result, embedded mode only)."""
+    from restart_agent.model import Decision
+
+    try:
+        decision = Decision(str(verdict.get("decision") or "RESTART").upper())
+    except ValueError:
+        decision = Decision.RESTART
     return VerdictInfo(
         cycle=cycle,
         decision=decision,
@@ -357,7 +376,7 @@ class EmbeddedClient(AttributionClient):
         self.audit_dir = audit_dir
         self._llm_config = llm_config
         self._policy = policy
-        self._engine: Any | None = None
+        self._engine: AttributionEngine | None = None
         self._repo: Any | None = None
         super().__init__(on_verdict, on_warning)
         # open (and migrate) the database at once, while the first workers start up
@@ -387,7 +406,7 @@ class EmbeddedClient(AttributionClient):
         ):
             self.on_verdict(_from_verdict_dict(int(event.cycle), result, "embedded+llm"))
 
-    def _ready(self) -> Any:
+    def _ready(self) -> AttributionEngine:
         if self._engine is None:
             raise RuntimeError("embedded attribution engine is not available")
         return self._engine
@@ -417,11 +436,11 @@ class EmbeddedClient(AttributionClient):
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
-        return _from_verdict_dict(cycle, verdict, "embedded")
+        return _from_verdict(cycle, verdict, "embedded")
 
     def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
         verdict = self._ready().record_node_health(job_id, cycle, record)
-        return None if verdict is None else _from_verdict_dict(cycle, verdict, "embedded")
+        return None if verdict is None else _from_verdict(cycle, verdict, "embedded")
 
 
 class HttpClient(AttributionClient):

@@ -119,7 +119,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
         evidence=log.evidence,
         log_identity=log.identity,
         persist=repo is not None,
-    )
+    ).to_dict()  # what this command prints (and the LLM enrichment reads) is the JSON form
     if llm_config is not None:
         verdict = _enrich(verdict, log.text_path, args, llm_config, engine, repo, cycle)
     out = dict(verdict)

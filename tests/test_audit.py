@@ -63,7 +63,7 @@ def write(path: Path, lines: list[str]) -> Path:
 
 def test_artifact_records_everything_and_rechecks(engine, tmp_path: Path):
     logs = [write(tmp_path / f"cycle_{i}.log", FAIL) for i in range(3)]
-    verdicts = [engine.analyze_cycle("job", i, log) for i, log in enumerate(logs)]
+    verdicts = [engine.analyze_cycle("job", i, log).to_dict() for i, log in enumerate(logs)]
     assert engine.drain(30)
     art = artifact_path(tmp_path / "audit", "job", 2)
     doc = json.loads(art.read_text())

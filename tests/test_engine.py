@@ -12,7 +12,7 @@ import pytest
 
 from attribution.core.engine import AttributionEngine, VerdictEvent, scan_with_identity
 from restart_agent import scan_file
-from restart_agent.model import PolicyConfig
+from restart_agent.model import Decision, PolicyConfig, Rule, Verdict
 from tests._storage_helpers import infra_log, syntax_log, workload_log
 
 
@@ -25,7 +25,7 @@ def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
 def test_verdict_is_saved_with_the_logs_identity(repo, tmp_path):
     log = _write(tmp_path, "cycle_0.log", infra_log())
     engine = AttributionEngine(repo)
-    v = engine.analyze_cycle("job", 0, log)
+    v = engine.analyze_cycle("job", 0, log).to_dict()
     rec = repo.get_cycle("job", 0)
     assert rec.verdict == v
     data = log.read_bytes()
@@ -38,6 +38,25 @@ def test_verdict_is_saved_with_the_logs_identity(repo, tmp_path):
     assert rec.failure_class == v["primary"]["failure_class"] == "nccl_error"
     assert rec.last_iteration == 100
     assert rec.evidence[0]["primary"] and rec.evidence[0]["line"] == v["primary"]["line"]
+    engine.close()
+
+
+def test_analyze_cycle_returns_a_typed_verdict_whose_json_is_what_was_saved(repo, tmp_path):
+    """The engine hands back a `Verdict` (enums, not strings); its `to_dict()` is exactly the
+    stored JSON, byte for byte, and the enums serialise as their plain values."""
+    import json
+
+    engine = AttributionEngine(repo)
+    v = engine.analyze_cycle("job", 0, _write(tmp_path, "s.log", syntax_log()))
+    assert isinstance(v, Verdict)
+    assert v.decision is Decision.STOP and isinstance(v.rule, Rule)
+    d = v.to_dict()
+    assert type(d["decision"]) is str and type(d["rule"]) is str
+    stored = repo.get_cycle("job", 0).verdict
+    assert json.dumps(d, sort_keys=True) == json.dumps(stored, sort_keys=True)
+    assert (
+        json.dumps(Decision.STOP) == '"STOP"' and f"{Rule.RESTART_PROGRESS}" == "restart.progress"
+    )
     engine.close()
 
 
@@ -56,16 +75,16 @@ def test_one_pass_scan_equals_scan_file_for_any_chunking(tmp_path):
 def test_history_comes_from_earlier_cycles_only(repo, tmp_path):
     engine = AttributionEngine(repo)
     log = _write(tmp_path, "c.log", infra_log(last_iteration=100))
-    first = engine.analyze_cycle("job", 0, log)
-    second = engine.analyze_cycle("job", 1, log)
+    first = engine.analyze_cycle("job", 0, log).to_dict()
+    second = engine.analyze_cycle("job", 1, log).to_dict()
     assert first["history"]["same_root_prior_cycles"] == 0
     assert second["history"]["same_root_prior_cycles"] == 1
     # re-analysing cycle 1 replaces it and still sees only cycle 0
-    again = engine.analyze_cycle("job", 1, log)
+    again = engine.analyze_cycle("job", 1, log).to_dict()
     assert again["history"]["same_root_prior_cycles"] == 1
     assert [c.cycle for c in repo.list_cycles("job")] == [0, 1]
     # another job's history is its own
-    assert engine.analyze_cycle("other", 5, log)["history"]["same_root_prior_cycles"] == 0
+    assert engine.analyze_cycle("other", 5, log).to_dict()["history"]["same_root_prior_cycles"] == 0
     engine.close()
 
 
@@ -73,14 +92,14 @@ def test_infrastructure_ceiling_and_progress_reset(repo, tmp_path):
     policy = PolicyConfig(same_root_no_progress_retries=2)
     engine = AttributionEngine(repo, policy)
     stuck = _write(tmp_path, "stuck.log", infra_log(last_iteration=100))
-    decisions = [engine.analyze_cycle("j", c, stuck)["decision"] for c in range(3)]
+    decisions = [engine.analyze_cycle("j", c, stuck).to_dict()["decision"] for c in range(3)]
     assert decisions == ["RESTART", "RESTART", "STOP"]
     # progress between cycles protects the restart
     engine2 = AttributionEngine(repo, policy)
     out = []
     for c in range(4):
         log = _write(tmp_path, f"p{c}.log", infra_log(last_iteration=100 + 50 * c))
-        out.append(engine2.analyze_cycle("moving", c, log)["decision"])
+        out.append(engine2.analyze_cycle("moving", c, log).to_dict()["decision"])
     assert out == ["RESTART"] * 4
     engine.close()
     engine2.close()
@@ -92,7 +111,7 @@ def test_without_a_repository_nothing_is_saved_and_history_is_empty(tmp_path):
     calls: list[VerdictEvent] = []
     engine.add_listener(calls.append)
     for _ in range(3):
-        v = engine.analyze_cycle("job", 1, log)
+        v = engine.analyze_cycle("job", 1, log).to_dict()
         assert v["decision"] == "RESTART"
         assert v["history"]["same_root_prior_cycles"] == 0
     engine.drain(5)
@@ -116,7 +135,7 @@ def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, ca
     engine.add_listener(recorder)
     log = _write(tmp_path, "s.log", syntax_log())
     with caplog.at_level(logging.ERROR, logger="attribution.core.engine"):
-        v = engine.analyze_cycle("job", 0, log)
+        v = engine.analyze_cycle("job", 0, log).to_dict()
         assert engine.drain(10)
     assert v["decision"] == "STOP"
     assert repo.get_cycle("job", 0).decision == "STOP"
@@ -144,9 +163,11 @@ def test_a_blocked_listener_does_not_delay_the_verdict(repo, tmp_path):
 
     engine.add_listener(slow)
     log = _write(tmp_path, "i.log", infra_log())
-    v1 = engine.analyze_cycle("job", 0, log)
+    v1 = engine.analyze_cycle("job", 0, log).to_dict()
     assert entered.wait(10)
-    v2 = engine.analyze_cycle("job", 1, log)  # returns while the listener is still blocked
+    v2 = engine.analyze_cycle(
+        "job", 1, log
+    ).to_dict()  # returns while the listener is still blocked
     assert not release.is_set()
     assert (v1["decision"], v2["decision"]) == ("RESTART", "RESTART")
     assert not engine.drain(0.05)
@@ -171,8 +192,10 @@ def test_precomputed_evidence_skips_the_scan(repo, tmp_path):
     log = _write(tmp_path, "i.log", infra_log())
     evidence = scan_file(log)
     engine = AttributionEngine(repo)
-    v = engine.analyze_cycle("job", 0, log, evidence=evidence, log_identity={"sha256": "f" * 64})
-    assert v == AttributionEngine(None).analyze_cycle(None, None, log)
+    v = engine.analyze_cycle(
+        "job", 0, log, evidence=evidence, log_identity={"sha256": "f" * 64}
+    ).to_dict()
+    assert v == AttributionEngine(None).analyze_cycle(None, None, log).to_dict()
     assert repo.get_cycle("job", 0).log_identity == {
         "path": str(log),
         "size": log.stat().st_size,
@@ -208,7 +231,7 @@ def test_one_engine_shared_by_threads(repo, tmp_path):
     log = _write(tmp_path, "i.log", infra_log())
     jobs = [("same", 0)] * 4 + [(f"job{k}", k) for k in range(8)]
     with ThreadPoolExecutor(max_workers=6) as pool:
-        results = list(pool.map(lambda jc: engine.analyze_cycle(jc[0], jc[1], log), jobs))
+        results = list(pool.map(lambda jc: engine.analyze_cycle(jc[0], jc[1], log).to_dict(), jobs))
     assert all(r["decision"] == "RESTART" for r in results)
     assert engine.drain(10)
     assert len(events) == len(jobs)
@@ -235,13 +258,13 @@ def test_the_event_carries_the_policy_and_the_history_it_decided_with(repo, tmp_
 
 def test_stop_sets_the_job_stopped_and_restart_running(repo, tmp_path):
     engine = AttributionEngine(repo)
-    assert engine.analyze_cycle("st", 0, _write(tmp_path, "i.log", infra_log()))["decision"] == (
-        "RESTART"
-    )
+    assert engine.analyze_cycle("st", 0, _write(tmp_path, "i.log", infra_log())).to_dict()[
+        "decision"
+    ] == ("RESTART")
     assert repo.get_job("st").state == "running"
-    assert engine.analyze_cycle("st", 1, _write(tmp_path, "s.log", syntax_log()))["decision"] == (
-        "STOP"
-    )
+    assert engine.analyze_cycle("st", 1, _write(tmp_path, "s.log", syntax_log())).to_dict()[
+        "decision"
+    ] == ("STOP")
     assert repo.get_job("st").state == "stopped"
     engine.close()
 
@@ -265,11 +288,11 @@ def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_p
     engine.add_listener(AuditWriter(tmp_path / "audit", repo=repo))
     stuck = _write(tmp_path, "stuck.log", infra_log(last_iteration=100))
     verdicts = [engine.analyze_cycle("j", c, stuck) for c in range(3)]
-    assert verdicts[2]["rule"] == "stop.same_root_ceiling"
+    assert verdicts[2].rule is Rule.STOP_SAME_ROOT_CEILING
     again = engine.record_node_health("j", 2, SICK_NODE)
     assert again is not None
-    assert (again["decision"], again["rule"]) == ("RESTART", "restart.unhealthy_node_excluded")
-    assert [n["node"] for n in again["node_health"]] == ["node1"]
+    assert (again.decision, again.rule) == (Decision.RESTART, Rule.RESTART_UNHEALTHY_NODE_EXCLUDED)
+    assert [n.node for n in again.node_health] == ["node1"]
     rec = repo.get_cycle("j", 2)
     assert rec.rule == "restart.unhealthy_node_excluded"
     assert rec.node_health == {"node1": SICK_NODE}
@@ -283,7 +306,7 @@ def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_p
     # a later report of the same node that says something else: decided again
     worse = dict(SICK_NODE, reason="external_service: ib and nvlink down")
     third = engine.record_node_health("j", 2, worse)
-    assert third is not None and "ib and nvlink down" in third["basis"]
+    assert third is not None and "ib and nvlink down" in third.basis
     engine.drain(10)
     # tampered node-health inputs are a format error, not a crash
     import json
@@ -304,7 +327,7 @@ def test_node_health_stored_before_the_analysis_is_in_the_first_verdict(repo, tm
     engine = AttributionEngine(repo)
     repo.save_node_health("j", 0, SICK_NODE)
     repo.save_node_health("j", 0, {"node": "broken"})  # unusable: logged and left out
-    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log()))
+    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log())).to_dict()
     assert [n["node"] for n in v["node_health"]] == ["node1"]
     assert "node1" in v["basis"]
     engine.close()
@@ -312,7 +335,7 @@ def test_node_health_stored_before_the_analysis_is_in_the_first_verdict(repo, tm
 
 def test_bad_node_health_records_are_refused_and_lose_nothing(repo, tmp_path):
     engine = AttributionEngine(repo)
-    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log()))
+    v = engine.analyze_cycle("j", 0, _write(tmp_path, "i.log", infra_log())).to_dict()
     for bad, message in [({"healthy": False}, "'node'"), ({"node": "n"}, "'healthy'")]:
         with pytest.raises(ValueError, match=message):
             engine.record_node_health("j", 0, bad)
@@ -333,12 +356,12 @@ def test_persist_false_is_a_dry_run_on_the_same_inputs(repo, tmp_path):
     engine.analyze_cycle("job", 0, log)
     engine.store_fr_findings("job", 1, {"culprit_ranks": [3]})  # registers cycle 1
     assert engine.drain(10) and len(events) == 1
-    dry = engine.analyze_cycle("job", 1, log, persist=False)
+    dry = engine.analyze_cycle("job", 1, log, persist=False).to_dict()
     assert engine.drain(10) and len(events) == 1  # nothing published
     rec = repo.get_cycle("job", 1)
     assert rec.verdict is None and rec.log_path is None  # nothing saved
     assert dry["history"]["same_root_prior_cycles"] == 1
-    saved = engine.analyze_cycle("job", 1, log)
+    saved = engine.analyze_cycle("job", 1, log).to_dict()
     assert engine.drain(10) and events[-1].inputs.fr_culprit_ranks == (3,)
     for key in ("decision", "rule", "basis", "history", "fr"):
         assert dry[key] == saved[key]

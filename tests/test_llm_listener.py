@@ -52,7 +52,7 @@ def test_verdict_is_saved_and_returned_before_the_enrichment(
     engine.add_listener(enrichment)
     engine.add_listener(later_listener)
     try:
-        verdict = engine.analyze_cycle(JOB, 1, log)
+        verdict = engine.analyze_cycle(JOB, 1, log).to_dict()
         stored = repo.get_cycle(JOB, 1)
         assert stored is not None and stored.verdict["decision"] == verdict["decision"]
         assert stored.llm is None, "enrichment must not run before the verdict is returned"

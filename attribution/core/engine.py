@@ -44,6 +44,7 @@ from restart_agent.model import (
     NodeHealthNote,
     PolicyConfig,
     PriorCycle,
+    Verdict,
 )
 from restart_agent.stragglers import verdict_stragglers
 
@@ -396,9 +397,7 @@ class AttributionEngine:
             self.repo.register_cycle(job_id, cycle, None)
         self.repo.save_fr_findings(job_id, cycle, findings)
 
-    def record_node_health(
-        self, job_id: str, cycle: int, record: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    def record_node_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> Verdict | None:
         """Store one node's health record with a cycle; return the re-decided verdict.
 
         The record is checked and saved (`store_node_health`). When the cycle already has
@@ -445,8 +444,9 @@ class AttributionEngine:
         log_identity: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         persist: bool | None = None,
-    ) -> dict[str, Any]:
-        """Analyse one cycle log; save and publish the verdict; return `Verdict.to_dict()`.
+    ) -> Verdict:
+        """Analyse one cycle log; save and publish the verdict; return it (typed: callers
+        serialise with `to_dict()` only where it leaves the process).
 
         The one way into analysis: the service, the launcher's embedded client,
         `relaunch analyze` and MCP all call it. Without a repository (or without
@@ -515,4 +515,4 @@ class AttributionEngine:
                     ),
                 )
             )
-        return result
+        return verdict

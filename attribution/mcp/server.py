@@ -349,7 +349,7 @@ class _Tools:
             cycle=cycle,
             saved=save,
             prior_cycles_considered=prior,
-            verdict=verdict,
+            verdict=verdict.to_dict(),  # the tool result: the edge
         )
 
     def search_history(

@@ -427,7 +427,10 @@ class ServiceState:
         identity: dict[str, Any],
         scan_s: float,
     ) -> dict[str, Any]:
-        """The engine's decide/save/notify steps, on evidence that was read incrementally."""
+        """The engine's decide/save/notify steps, on evidence that was read incrementally.
+
+        Returns the verdict's JSON form: the tracker keeps what the HTTP routes answer,
+        which is also what a restart reads back from the database (`cached_verdict`)."""
         return self.engine.analyze_cycle(
             tl.job_id,
             tl.cycle,
@@ -439,7 +442,7 @@ class ServiceState:
                 "resets": tl.resets,
                 "scan_ms": round(scan_s * 1000.0, 3),
             },
-        )
+        ).to_dict()
 
     async def _poll_loop(self) -> None:
         """Read new bytes of every progressive log, a bounded slice per log per pass."""
