@@ -398,11 +398,13 @@ class EmbeddedClient(AttributionClient):
 
     def _llm_result(self, event: VerdictEvent, result: dict[str, Any]) -> None:
         """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""
+        from restart_agent.model import Decision  # embedded mode: the agent is loaded
+
         llm = result.get("llm") or {}
         if (
-            result.get("decision") == "STOP"
+            result.get("decision") == Decision.STOP
             and llm.get("contributed")
-            and (event.verdict or {}).get("decision") != "STOP"
+            and event.verdict.decision != Decision.STOP
         ):
             self.on_verdict(_from_verdict_dict(int(event.cycle), result, "embedded+llm"))
 

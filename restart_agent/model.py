@@ -118,6 +118,10 @@ class CascadeGroup:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CascadeGroup:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -143,6 +147,10 @@ class Progress:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Progress:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 @dataclass(frozen=True)
@@ -435,3 +443,28 @@ class Verdict:
             "node_health": [n.to_dict() for n in self.node_health],
             "stragglers": self.stragglers,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """From `to_dict()`'s form (`from_dict(v.to_dict()).to_dict() == v.to_dict()`).
+
+        Raises ValueError on a decision or rule id that is not one of the enums', KeyError
+        when `decision`, `rule` or `progress` is missing."""
+        primary = d.get("primary")
+        return cls(
+            decision=Decision(d["decision"]),
+            basis=str(d.get("basis") or ""),
+            rule=Rule(d["rule"]),
+            primary=Evidence.from_dict(primary) if primary else None,
+            cascades=[CascadeGroup.from_dict(c) for c in d.get("cascades") or []],
+            progress=Progress.from_dict(d["progress"]),
+            history=dict(d.get("history") or {}),
+            budgets=dict(d.get("budgets") or {}),
+            evidence=[Evidence.from_dict(e) for e in d.get("evidence") or []],
+            fan_out=dict(d.get("fan_out") or {}),
+            fr=d.get("fr"),
+            llm=dict(d.get("llm") or {"contributed": False}),
+            scan=dict(d.get("scan") or {}),
+            node_health=[NodeHealthNote.from_dict(n) for n in d.get("node_health") or []],
+            stragglers=d.get("stragglers"),
+        )

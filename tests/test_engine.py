@@ -60,6 +60,23 @@ def test_analyze_cycle_returns_a_typed_verdict_whose_json_is_what_was_saved(repo
     engine.close()
 
 
+def test_verdict_from_dict_round_trips_the_saved_json(repo, tmp_path):
+    """`Verdict.from_dict` reads back what `to_dict` wrote (node health included); an
+    unknown decision or rule id is a ValueError, not a silently wrong enum."""
+    engine = AttributionEngine(repo)
+    log = _write(tmp_path, "i.log", infra_log())
+    engine.analyze_cycle("j", 0, log)
+    engine.store_node_health("j", 0, SICK_NODE)
+    stored = engine.analyze_cycle("j", 0, log).to_dict()
+    assert stored["node_health"]
+    again = Verdict.from_dict(stored)
+    assert again.to_dict() == stored and again.decision is Decision.RESTART
+    for key, bad in (("decision", "MAYBE"), ("rule", "restart.whenever")):
+        with pytest.raises(ValueError):
+            Verdict.from_dict({**stored, key: bad})
+    engine.close()
+
+
 def test_one_pass_scan_equals_scan_file_for_any_chunking(tmp_path):
     text = infra_log(ranks=8) + "\r\nbinary \xff\xfe tail without newline"
     log = _write(tmp_path, "x.log", text.encode("utf-8", "surrogateescape"))
@@ -124,12 +141,12 @@ def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, ca
     seen: list[tuple[VerdictEvent, bool]] = []
 
     def broken(event: VerdictEvent) -> None:
-        event.verdict["decision"] = "HACKED"
+        event.verdict.decision = "HACKED"  # type: ignore[assignment]
         raise RuntimeError("listener exploded")
 
     def recorder(event: VerdictEvent) -> None:
         stored = repo.get_cycle(event.job_id, event.cycle)
-        seen.append((event, stored is not None and stored.verdict == event.verdict))
+        seen.append((event, stored is not None and stored.verdict == event.verdict.to_dict()))
 
     engine.add_listener(broken)
     engine.add_listener(recorder)
@@ -142,7 +159,7 @@ def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, ca
     assert len(seen) == 1
     event, was_saved_first = seen[0]
     assert was_saved_first  # the listener ran after the save, and saw the original verdict
-    assert event.verdict["decision"] == "STOP"
+    assert event.verdict.decision is Decision.STOP
     assert (event.job_id, event.cycle, event.log_path) == ("job", 0, str(log))
     assert event.log_identity["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
     assert event.audit_dir == str(tmp_path / "audit")

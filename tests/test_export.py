@@ -127,22 +127,27 @@ def test_bad_url_is_refused():
         WebhookExporter("ftp://example/x")
 
 
-def test_event_payload_shape():
-    class Ev:
-        job_id, cycle, log_path = "j", 3, Path("/l/c.log")
-        verdict = {"decision": "STOP", "rule": "r"}
-        audit_path = None
+def test_event_payload_shape(tmp_path: Path):
+    """The body carries the verdict's JSON form (plain strings, as saved) of a real event."""
+    from attribution.core.engine import AttributionEngine, VerdictEvent
+    from tests._storage_helpers import syntax_log
 
-    p = event_payload(Ev())
+    log = tmp_path / "c.log"
+    log.write_text(syntax_log())
+    verdict = AttributionEngine(None).analyze_cycle(None, None, log)
+    event = VerdictEvent(job_id="j", cycle=3, log_path=str(log), verdict=verdict, log_identity={})
+    p = event_payload(event)
     assert p == {
         "schema": EXPORT_SCHEMA,
         "job_id": "j",
         "cycle": 3,
-        "log_path": "/l/c.log",
+        "log_path": str(log),
         "decision": "STOP",
-        "verdict": {"decision": "STOP", "rule": "r"},
+        "verdict": verdict.to_dict(),
         "audit_path": None,
     }
+    assert json.dumps(p["verdict"]) == json.dumps(verdict.to_dict())
+    assert type(p["decision"]) is str and type(p["verdict"]["rule"]) is str
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ except ImportError as exc:  # the engine needs the restart agent's scanner (issu
 from attribution.core.audit import AuditWriter
 from attribution.core.enrichment import EnrichmentListener, audit_sidecar_path
 from restart_agent.llm.policy import RULE
+from restart_agent.model import Verdict
 from storage import HistoryRepository
 from tests._llm_helpers import KEY, answer, config, make_verdict, write_log
 from tests._llm_server import LLMServer
@@ -31,7 +32,11 @@ def _event(
     repo.register_cycle(JOB, cycle, str(log))
     repo.save_verdict(JOB, cycle, verdict, log_identity={"path": str(log)})
     return VerdictEvent(
-        job_id=JOB, cycle=cycle, log_path=str(log), verdict=verdict, log_identity={"path": str(log)}
+        job_id=JOB,
+        cycle=cycle,
+        log_path=str(log),
+        verdict=Verdict.from_dict(verdict),
+        log_identity={"path": str(log)},
     )
 
 

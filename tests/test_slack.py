@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from attribution.core.engine import VerdictEvent
 from attribution.notify.slack import SlackConfig, SlackNotifier
 from relaunch_cli import slack_options
+from restart_agent.model import Decision, Evidence, Progress, Rule, Verdict
 from tests._slack_server import SlackServer
 
 TOKEN = "xoxb-test-token"
@@ -40,6 +42,34 @@ def verdict(
         "history": {"same_root_prior_cycles": same_root},
         "budgets": {},
     }
+
+
+def event(job_id: str, cycle: int) -> VerdictEvent:
+    """What the engine hands the listener: a typed STOP `Verdict` with `verdict()`'s content."""
+    d = verdict()
+    typed = Verdict(
+        decision=Decision.STOP,
+        basis=d["basis"],
+        rule=Rule.STOP_CERTAIN_WORKLOAD_BUG,
+        primary=Evidence(
+            line=42,
+            rank=3,
+            pattern_id="python.syntax_error",
+            failure_class="python_syntax_error",
+            domain="workload",
+            role="root",
+            recoverability="stop",
+            text=d["primary"]["text"],
+            fingerprint=d["primary"]["fingerprint"],
+        ),
+        cascades=[],
+        progress=Progress(),
+        history=dict(d["history"]),
+        budgets={},
+    )
+    return VerdictEvent(
+        job_id=job_id, cycle=cycle, log_path="/l/c.log", verdict=typed, log_identity={}
+    )
 
 
 def notifier(server: SlackServer, **kw: Any) -> SlackNotifier:
@@ -76,7 +106,7 @@ def mrkdwn_texts(node: Any) -> list[str]:
 def test_stop_posts_a_block_kit_message_with_job_cycle_verdict_cause_evidence_link() -> None:
     with SlackServer(TOKEN) as server:
         n = notifier(server, dashboard_url="http://dash.example:8000/")
-        n({"job_id": "job-7", "cycle": 2, "verdict": verdict()})
+        n(event("job-7", 2))
         assert n.flush(10)
         n.close()
         [msg] = server.wait_for(1)
@@ -256,7 +286,7 @@ def test_listener_never_blocks_on_a_slow_slack() -> None:
     with SlackServer(TOKEN) as server:
         server.script(["sleep:1.5"])
         n = notifier(server)
-        n({"job_id": "j", "cycle": 1, "verdict": verdict()})
+        n(event("j", 1))
         # The call returned while Slack is still answering: the worker holds the message.
         assert n.flush(0) is False
         assert n.flush(10) is True
@@ -273,8 +303,8 @@ def test_unreachable_slack_never_raises_into_the_caller() -> None:
     )
     n = SlackNotifier(cfg)
     cfg.backoff_s = 0.01
-    n({"job_id": "j", "cycle": 1, "verdict": verdict()})
-    n("not an event")  # malformed events are logged, not raised
+    n(event("j", 1))
+    n("not an event")  # type: ignore[arg-type]  # malformed events are logged, not raised
     assert n.flush(10)
     n.close()
     assert n.failed == 1 and n.sent == 0

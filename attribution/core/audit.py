@@ -287,13 +287,13 @@ class AuditWriter:
         doc = build_artifact(
             job_id=event.job_id,
             cycle=event.cycle,
-            verdict=event.verdict,
+            verdict=event.verdict.to_dict(),  # the artifact (a file): the edge
             log_identity=event.log_identity or {"path": event.log_path},
             history=history,
             policy=policy,
             fr_culprit_ranks=fr,
             analysis_ms=event.analysis_ms,
-            node_health=notes or (event.verdict or {}).get("node_health"),
+            node_health=notes or [n.to_dict() for n in event.verdict.node_health],
         )
         path = artifact_path(audit_dir, event.job_id, event.cycle)
         doc["timings"]["audit_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)

@@ -82,12 +82,13 @@ class DecisionInputs:
 
 @dataclass(frozen=True)
 class VerdictEvent:
-    """Handed to each listener after a verdict is saved."""
+    """Handed to each listener after a verdict is saved. `verdict` is the typed `Verdict`
+    (its `to_dict()` is exactly what was saved); each listener gets its own copy."""
 
     job_id: str
     cycle: int
     log_path: str
-    verdict: dict[str, Any]
+    verdict: Verdict
     log_identity: dict[str, Any]
     audit_dir: str | None = None  # where audit listeners should write (None: no audit files)
     analysis_ms: float = 0.0
@@ -502,7 +503,7 @@ class AttributionEngine:
                     job_id=job_id,
                     cycle=cycle,
                     log_path=str(identity.get("path") or os.fspath(log_path)),
-                    verdict=copy.deepcopy(result),
+                    verdict=copy.deepcopy(verdict),
                     log_identity=dict(identity),
                     audit_dir=self.audit_dir,
                     analysis_ms=elapsed_ms,

@@ -108,7 +108,8 @@ class EnrichmentListener:
             )
 
     def _handle(self, event: VerdictEvent) -> None:
-        verdict = event.verdict
+        # the LLM layer (restart_agent.llm) reads and rewrites the stored JSON form
+        verdict = event.verdict.to_dict()
         result = enrich_and_apply(verdict, event.log_path, self.config, self.policy)
         llm = result["llm"]
         contributed = bool(llm.get("contributed")) and self.apply_policy
@@ -133,7 +134,7 @@ class EnrichmentListener:
     def _replace_verdict(self, event: VerdictEvent, result: dict[str, Any], record: Any) -> None:
         assert self.repo is not None
         stored = record.verdict if record else None
-        if stored is None or _identity(stored) != _identity(event.verdict):
+        if stored is None or _identity(stored) != _identity(event.verdict.to_dict()):
             log.warning(
                 "LLM enrichment of job %s cycle %s not applied: the stored verdict changed meanwhile",
                 event.job_id,
@@ -156,7 +157,11 @@ class EnrichmentListener:
             "job_id": event.job_id,
             "cycle": event.cycle,
             "log_path": event.log_path,
-            "deterministic": {k: event.verdict.get(k) for k in ("decision", "rule", "basis")},
+            "deterministic": {
+                "decision": str(event.verdict.decision),
+                "rule": str(event.verdict.rule),
+                "basis": event.verdict.basis,
+            },
             "final": {k: result.get(k) for k in ("decision", "rule", "basis")},
             "llm": result["llm"],
             "llm_config": self.config.describe(),

@@ -27,22 +27,20 @@ EXPORT_SCHEMA = "relaunch.verdict-export/1"
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
-def event_payload(event: Any) -> dict[str, Any]:
-    """The JSON body sent for one verdict event (schema `relaunch.verdict-export/1`)."""
-    verdict = getattr(event, "verdict", None)
-    if verdict is None and isinstance(event, dict):
-        verdict = event.get("verdict")
-    get = (
-        (lambda k: event.get(k)) if isinstance(event, dict) else (lambda k: getattr(event, k, None))
-    )
+def event_payload(event: VerdictEvent) -> dict[str, Any]:
+    """The JSON body sent for one verdict event (schema `relaunch.verdict-export/1`).
+
+    `audit_path` is null: the event names the audit folder, and the artifact is written by
+    another listener, maybe after this one (the field stays for the schema)."""
+    verdict = event.verdict.to_dict()
     return {
         "schema": EXPORT_SCHEMA,
-        "job_id": get("job_id"),
-        "cycle": get("cycle"),
-        "log_path": str(get("log_path")) if get("log_path") is not None else None,
-        "decision": (verdict or {}).get("decision"),
+        "job_id": event.job_id,
+        "cycle": event.cycle,
+        "log_path": str(event.log_path),
+        "decision": verdict["decision"],
         "verdict": verdict,
-        "audit_path": str(get("audit_path")) if get("audit_path") else None,
+        "audit_path": None,
     }
 
 

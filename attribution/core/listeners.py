@@ -10,12 +10,23 @@ them, for `close()` and stats.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from attribution.core.engine import AttributionEngine, Listener, VerdictEvent
+    from restart_agent.llm.config import LLMConfig
 
 ResultHook = Callable[["VerdictEvent", dict[str, Any]], Any]
+AlertCheck = Callable[[str, str], bool]  # (job_id, alert key) -> bool
+
+
+class AlertListener(Protocol):
+    """A listener that dedups alerts in a store (`attribution.notify.slack.SlackNotifier`;
+    core may not import notify, so the shape is named here)."""
+
+    def __call__(self, event: VerdictEvent) -> None: ...
+
+    def use_store(self, recorded: AlertCheck, record: AlertCheck) -> None: ...
 
 
 def install_listeners(
@@ -23,8 +34,8 @@ def install_listeners(
     *,
     audit: bool = False,
     webhook_url: str | None = None,
-    slack: Any | None = None,
-    llm_config: Any | None = None,
+    slack: AlertListener | None = None,
+    llm_config: LLMConfig | None = None,
     on_llm_result: ResultHook | None = None,
 ) -> list[Listener]:
     """Build the configured listeners, register them with `engine`, return them.
@@ -45,7 +56,7 @@ def install_listeners(
 
         listeners.append(WebhookExporter(webhook_url))
     if slack is not None:
-        if repo is not None and hasattr(slack, "use_store"):  # dedup survives a restart
+        if repo is not None:  # dedup survives a restart
             slack.use_store(repo.alert_recorded, repo.record_alert)
         listeners.append(slack)
     if llm_config is not None:
@@ -65,7 +76,7 @@ def install_listeners(
     return listeners
 
 
-def close_listeners(listeners: list[Any], on_error: Callable[[Any], None]) -> None:
+def close_listeners(listeners: list[Listener], on_error: Callable[[Listener], None]) -> None:
     """Call each listener's `close()` if it has one; `on_error(fn)` when one fails."""
     for fn in listeners:
         close = getattr(fn, "close", None)

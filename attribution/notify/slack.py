@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from restart_agent.model import Decision
+
 if TYPE_CHECKING:
     from attribution.core.engine import VerdictEvent
 
@@ -109,22 +111,10 @@ class _JobState:
     suppressed: int = 0
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def event_fields(event: Any) -> tuple[str, int | None, dict[str, Any]]:
-    """(job_id, cycle, verdict dict) of an engine `VerdictEvent` (or a dict shaped like one)."""
-    verdict = _get(event, "verdict")
-    if verdict is not None and not isinstance(verdict, Mapping) and hasattr(verdict, "to_dict"):
-        verdict = verdict.to_dict()
-    job_id = _get(event, "job_id")
-    cycle = _get(event, "cycle")
-    if job_id is None:
-        raise ValueError("verdict event has no job_id")
-    return str(job_id), (int(cycle) if cycle is not None else None), dict(verdict or {})
+def event_fields(event: VerdictEvent) -> tuple[str, int, dict[str, Any]]:
+    """(job_id, cycle, verdict JSON) of an engine `VerdictEvent`: the message is built from
+    the JSON form, the same one `notify()` takes for a verdict read back from storage."""
+    return event.job_id, event.cycle, event.verdict.to_dict()
 
 
 def slack_escape(text: str) -> str:
@@ -470,9 +460,9 @@ class SlackNotifier:
 
     def _kind(self, verdict: Mapping[str, Any]) -> str | None:
         decision = verdict.get("decision")
-        if decision == "STOP":
+        if decision == Decision.STOP:
             return "stop"
-        if decision != "RESTART":
+        if decision != Decision.RESTART:
             return None
         history = verdict.get("history") or {}
         if "recurring" in self.config.on and int(history.get("same_root_prior_cycles") or 0) > 0:

@@ -6,9 +6,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from restart_agent.model import PolicyConfig
+
+if TYPE_CHECKING:
+    from attribution.core.listeners import AlertListener
+    from restart_agent.llm.config import LLMConfig
 
 
 @dataclass
@@ -22,8 +26,8 @@ class ServiceSettings:
     data_dir: Path | None = None  # uploads and FR dumps; default $RELAUNCH_HOME/service
     webhook_url: str | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    llm_config: Any | None = None  # restart_agent.llm.LLMConfig when configured
-    slack: Any | None = None  # a ready engine listener (attribution.notify.slack.SlackNotifier)
+    llm_config: LLMConfig | None = None  # when configured
+    slack: AlertListener | None = None  # a ready engine listener (a SlackNotifier)
     # limits
     max_body_bytes: int = 1 << 20  # JSON bodies
     max_upload_bytes: int = 1 << 30  # uploaded cycle logs / FR dumps (streamed to disk)

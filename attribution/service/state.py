@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import storage
-from attribution.core.engine import AttributionEngine, VerdictEvent
+from attribution.core.engine import AttributionEngine, Listener, VerdictEvent
 from attribution.core.listeners import close_listeners, install_listeners
 from attribution.service.coalesce import Coalescer
 from attribution.service.confined import is_confined_file, open_confined
@@ -78,7 +78,7 @@ class ServiceState:
             audit_dir=settings.audit_dir,
             opener=self.open_log,
         )
-        self.listeners: list[Any] = []
+        self.listeners: list[Listener] = []
         self._install_listeners()
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, settings.analysis_workers), thread_name_prefix="relaunch-analysis"
