@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
                 r.hmac, "no HMAC"
             )
             if r.ok:
-                rc = r.recomputed or {}
+                rc = r.recomputed
                 lines.append(
-                    f"OK {r.path}: recomputed {rc.get('decision')} ({rc.get('rule')}) "
+                    f"OK {r.path}: recomputed {rc and rc.decision} ({rc and rc.rule}) "
                     f"matches; digest verified; {mac}"
                 )
                 continue

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attribution.core.files import safe_name, write_json_atomic
-from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle
+from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle, Verdict
 
 if TYPE_CHECKING:
     from attribution.core.engine import VerdictEvent
@@ -317,7 +317,7 @@ class RecheckResult:
     ok: bool
     input_ok: bool
     differences: list[dict[str, Any]] = field(default_factory=list)
-    recomputed: dict[str, Any] | None = None
+    recomputed: Verdict | None = None
     hmac: str = "absent"  # "verified", "not checked" (no key given) or "absent"
 
     def to_dict(self) -> dict[str, Any]:
@@ -327,8 +327,8 @@ class RecheckResult:
             "input_ok": self.input_ok,
             "hmac": self.hmac,
             "differences": self.differences,
-            "recomputed_decision": (self.recomputed or {}).get("decision"),
-            "recomputed_rule": (self.recomputed or {}).get("rule"),
+            "recomputed_decision": str(self.recomputed.decision) if self.recomputed else None,
+            "recomputed_rule": str(self.recomputed.rule) if self.recomputed else None,
         }
 
 
@@ -546,7 +546,8 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
         raise AuditFormatError(f"bad recorded node_health in {path}: {exc}") from None
     evidence = scanner.finish()
     fr = inputs.get("fr_culprit_ranks")
-    verdict = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes).to_dict()
+    now = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes)
+    verdict = now.to_dict()  # compared field by field with the artifact's JSON
     for key in COMPARED_KEYS:
         if (key in recorded or key in REQUIRED_KEYS) and _norm(recorded.get(key)) != _norm(
             verdict.get(key)
@@ -565,7 +566,7 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
         ok=not diffs,
         input_ok=input_ok,
         differences=diffs,
-        recomputed=verdict,
+        recomputed=now,
         hmac=mac_state,
     )
 
