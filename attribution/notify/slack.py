@@ -297,7 +297,15 @@ def straggler_message(
 
 
 class SlackNotifier:
-    """Engine listener: `notifier(event)` enqueues an alert; a worker thread posts it."""
+    """Engine listener: `notifier(event)` enqueues an alert; a worker thread posts it.
+
+    The worker is deliberately not an `attribution.core.background.BackgroundQueue`: that
+    handles items strictly in order, one at a time, with no delayed items. Slack alerts
+    wait for timed retries (backoff, 429 Retry-After) in a pending list while newer alerts
+    arrive and go out first, and the worker sleeps until the earliest retry is due. On a
+    BackgroundQueue a retry would have to sleep inside the handler (a STOP alert stuck
+    behind another alert's backoff) or be re-queued at once (a busy loop until it is due).
+    """
 
     def __init__(
         self,
