@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.safe_read import loads_json, read_small_text
+
 VERSION = 1
+MAX_BYTES = 4 * 1024 * 1024  # a job's exclusion list; a bigger file is not one
 
 
 class ExclusionFileError(Exception):
@@ -62,7 +65,7 @@ def _parse(text: str) -> dict[str, dict[str, Any]]:
     if not text.strip():
         return {}  # an empty file: nobody excluded yet
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except ValueError as exc:
         raise ExclusionFileError(f"not JSON: {exc}") from None
     return _entries(doc)
@@ -70,9 +73,10 @@ def _parse(text: str) -> dict[str, dict[str, Any]]:
 
 def read_exclusions(path: str | os.PathLike[str]) -> Exclusions:
     """The excluded nodes. FileNotFoundError when missing; ExclusionFileError when the file
-    is unusable (unreadable counts: the OSError is wrapped)."""
+    is unusable (unreadable, not a regular file (a FIFO would block), over MAX_BYTES, too
+    deeply nested: the error is wrapped)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_small_text(path, MAX_BYTES)
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
