@@ -843,6 +843,11 @@ class RelaunchAgent(LocalElasticAgent):
             self.attribution.skip_analyses()  # the user wants out: records only
         elif code != EXIT_OK and not self.attribution.drain():
             self.say("warning: the last verdict did not arrive within its time budget")
+        if code == EXIT_NO_PROGRESS and self.stop_verdict is not None:
+            # the guard ended the job at the cycle boundary, before the verdict arrived: its
+            # decision (synchronous, the same on every node) stands, the STOP agrees
+            v, self.stop_verdict = self.stop_verdict, None
+            self.recorded_stops.append(v)
         if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
             code = EXIT_STOPPED
             if self.terminal is not None:
