@@ -247,6 +247,7 @@ class RelaunchAgent(LocalElasticAgent):
             settings.ft_max_no_progress_restarts, settings.ft_min_progress_iterations
         )
         self.no_progress_reason: str | None = None
+        self.unhealthy_reason: str | None = None  # the failed check that made this node leave
         self._auto_timeouts = (
             AutoTimeouts(settings.job_dir, settings.ft_safety_factor, self.say)
             if settings.ft_calculate_timeouts
@@ -807,6 +808,7 @@ class RelaunchAgent(LocalElasticAgent):
             code = EXIT_STOPPED
             self.terminal = "stopped"
         except _NodeUnhealthy as exc:
+            self.unhealthy_reason = str(exc)
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
             code = EXIT_NODE_UNHEALTHY
@@ -880,6 +882,8 @@ class RelaunchAgent(LocalElasticAgent):
         state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
         if code == EXIT_NO_PROGRESS and self.no_progress_reason:
             reason = self.no_progress_reason
+        if code == EXIT_NODE_UNHEALTHY and self.unhealthy_reason:
+            reason = f"{reason}: {self.unhealthy_reason}"[:2000]  # which check, and why
         self.final = (state, code, reason)
         self.attribution.end_job(self.settings.job_id, state, code, reason)
 

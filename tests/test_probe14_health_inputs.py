@@ -70,6 +70,9 @@ def _run_env(tmp_path: Path, args: list[str], timeout: float = 60):  # type: ign
         (["--ft-nic-interfaces", "mlx5_0:x"], "the port after ':' must be a number"),
         (["--ft-safety-factor", "nan"], "--ft-safety-factor: 'nan': must be between 1 and 1000"),
         (["--ft-min-progress-iterations", "-1"], "must be >= 1"),
+        # the node id names files and console lines: a newline was accepted
+        (["--ft-node-id", "a\nb"], "--ft-node-id 'a\\nb': must be a non-blank name"),
+        (["--ft-node-id", "a b"], "--ft-node-id 'a b': must be a non-blank name"),
     ],
 )
 def test_bad_option_values_are_one_line_usage_errors(

@@ -46,7 +46,11 @@ def test_run_time_health_failure_is_recorded_as_the_node_s(tmp_path: Path) -> No
             "select outcome, decision, failure_class, domain, node_health from cycles"
             " where cycle = 0"
         ).fetchone()
-    assert job == ("failed", 4, "the node health check found this node unhealthy"), job
+    state, code, reason = job
+    assert (state, code) == ("failed", 4), job
+    assert reason.startswith(  # which check failed, not only that one did
+        f"the node health check found this node unhealthy: storage: {missing}: FileNotFoundError"
+    ), reason
     outcome, decision, failure_class, domain, node_health = cycle
     assert outcome == "failed" and decision == "RESTART"
     assert (failure_class, domain) == ("node_failure", "infrastructure"), cycle

@@ -42,8 +42,14 @@ def check_options(s: Any) -> None:
             parse_links(sysfs_root(), names)
         except ValueError as exc:
             raise ValueError(f"--ft-nic-interfaces: {exc}") from None
-    if s.ft_node_id and ("/" in s.ft_node_id or not s.ft_node_id.strip()):
-        raise ValueError(f"--ft-node-id {s.ft_node_id!r}: must be a non-blank name without '/'")
+    node = s.ft_node_id
+    if node and (
+        "/" in node or not node.isprintable() or any(c.isspace() for c in node) or len(node) > 255
+    ):  # it names files (node_health/<node>.*.json) and console lines
+        raise ValueError(
+            f"--ft-node-id {node!r}: must be a non-blank name without '/', blanks or control "
+            "characters (at most 255)"
+        )
     if s.numa_binding:
         from launcher.numa import NumaError, gpus_visible, numa_nodes
 
