@@ -278,3 +278,17 @@ def test_storage_probe_never_writes_through_a_planted_hard_link(tmp_path: Path) 
     assert result.status == "ok", result.detail
     assert victim.read_text() == "precious\n"
     assert sorted(p.name for p in store.iterdir()) == ["victim.txt"]
+
+
+def test_exclusion_append_gives_up_on_a_lock_that_stays_held(tmp_path: Path) -> None:
+    """A writer stuck while holding the lock (a hung shared mount) used to block the failing
+    node's exit forever; the append now gives up and the launcher only warns."""
+    import fcntl
+
+    path = tmp_path / "excl.json"
+    with open(tmp_path / "excl.json.lock", "a+b") as held:  # another open file: a rival
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(ExclusionFileError, match="held by another process for more than"):
+            append_exclusion(path, "n1", "nic down", lock_timeout_s=0.2)
+    assert not path.exists()
+    assert append_exclusion(path, "n1", "nic down", lock_timeout_s=0.2) is True  # released

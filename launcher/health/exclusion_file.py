@@ -29,6 +29,8 @@ from launcher.safe_read import loads_json, read_small_text
 
 VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024  # a job's exclusion list; a bigger file is not one
+LOCK_TIMEOUT_S = 30.0  # how long an append waits for the lock
+LOCK_POLL_S = 0.02
 
 
 class ExclusionFileError(Exception):
@@ -84,13 +86,37 @@ def read_exclusions(path: str | os.PathLike[str]) -> Exclusions:
     return Exclusions(_parse(text))
 
 
-def append_exclusion(path: str | os.PathLike[str], node_id: str, reason: str, **extra: Any) -> bool:
+def _lock(fd: int, lock_path: Path, timeout_s: float) -> None:
+    """flock(LOCK_EX), giving up after `timeout_s` (a writer stuck on a hung shared mount
+    must not keep a failing node from leaving): ExclusionFileError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ExclusionFileError(
+                    f"{lock_path} held by another process for more than {timeout_s:g} s"
+                ) from None
+            time.sleep(LOCK_POLL_S)
+
+
+def append_exclusion(
+    path: str | os.PathLike[str],
+    node_id: str,
+    reason: str,
+    *,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+    **extra: Any,
+) -> bool:
     """Add `node_id` under the lock; False when it was already listed. A malformed file is
-    not overwritten (ExclusionFileError): its content may be someone's decision."""
+    not overwritten (ExclusionFileError): its content may be someone's decision; nor is
+    anything written when the lock stays held past `lock_timeout_s` (ExclusionFileError)."""
     target = Path(path)
     lock_path = target.with_name(target.name + ".lock")
     with open(lock_path, "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        _lock(lock.fileno(), lock_path, lock_timeout_s)
         try:
             try:
                 entries = read_exclusions(target).entries
