@@ -292,3 +292,21 @@ def test_exclusion_append_gives_up_on_a_lock_that_stays_held(tmp_path: Path) -> 
             append_exclusion(path, "n1", "nic down", lock_timeout_s=0.2)
     assert not path.exists()
     assert append_exclusion(path, "n1", "nic down", lock_timeout_s=0.2) is True  # released
+
+
+def test_numa_topology_with_a_bogus_cpulist_is_a_usage_error(tmp_path: Path) -> None:
+    """A cpulist of `0-99999999999` used to build a set of 10^11 CPUs (memory exhausted);
+    text that is no CPU list escaped as a bare int() error."""
+    from launcher.numa import NumaError, numa_nodes
+    from launcher.sysfs import parse_cpulist
+
+    with pytest.raises(ValueError, match="bad CPU range"):
+        parse_cpulist("0-70000")  # just past the bound: cheap even where unbounded
+    node = tmp_path / "devices" / "system" / "node" / "node0"
+    node.mkdir(parents=True)
+    for text in ("0-70000", "zero"):
+        (node / "cpulist").write_text(text + "\n")
+        with pytest.raises(NumaError, match="cpulist"):
+            numa_nodes(tmp_path)
+    (node / "cpulist").write_text("0-1\n")
+    assert numa_nodes(tmp_path) == {0: {0, 1}}
