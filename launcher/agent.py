@@ -247,6 +247,7 @@ class RelaunchAgent(LocalElasticAgent):
             settings.ft_max_no_progress_restarts, settings.ft_min_progress_iterations
         )
         self.no_progress_reason: str | None = None
+        self.unhealthy_reason: str | None = None  # the failed check that made this node leave
         self._auto_timeouts = (
             AutoTimeouts(settings.job_dir, settings.ft_safety_factor, self.say)
             if settings.ft_calculate_timeouts
@@ -807,6 +808,7 @@ class RelaunchAgent(LocalElasticAgent):
             code = EXIT_STOPPED
             self.terminal = "stopped"
         except _NodeUnhealthy as exc:
+            self.unhealthy_reason = str(exc)
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
             code = EXIT_NODE_UNHEALTHY
@@ -843,6 +845,11 @@ class RelaunchAgent(LocalElasticAgent):
             self.attribution.skip_analyses()  # the user wants out: records only
         elif code != EXIT_OK and not self.attribution.drain():
             self.say("warning: the last verdict did not arrive within its time budget")
+        if code == EXIT_NO_PROGRESS and self.stop_verdict is not None:
+            # the guard ended the job at the cycle boundary, before the verdict arrived: its
+            # decision (synchronous, the same on every node) stands, the STOP agrees
+            v, self.stop_verdict = self.stop_verdict, None
+            self.recorded_stops.append(v)
         if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
             code = EXIT_STOPPED
             if self.terminal is not None:
@@ -875,6 +882,8 @@ class RelaunchAgent(LocalElasticAgent):
         state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
         if code == EXIT_NO_PROGRESS and self.no_progress_reason:
             reason = self.no_progress_reason
+        if code == EXIT_NODE_UNHEALTHY and self.unhealthy_reason:
+            reason = f"{reason}: {self.unhealthy_reason}"[:2000]  # which check, and why
         self.final = (state, code, reason)
         self.attribution.end_job(self.settings.job_id, state, code, reason)
 

@@ -49,6 +49,8 @@ from launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
 from storage import job_id as job_id_rule
 
 STOP_ACTIONS = ("log", "no-restart")
+# NVRx's default: node health checked every 5 s while workers run, when any check applies
+DEFAULT_HEALTH_INTERVAL_S = 5.0
 GPU_HEALTH = ("on", "off", "auto")
 START_METHODS = ("spawn", "fork", "forkserver")
 STATIC_MASTER_PORT = 29500  # torchrun's default port of the static rendezvous
@@ -293,8 +295,9 @@ OPTIONS: tuple[Option, ...] = (
         "--ft-node-health-check-interval",
         "ft_node_health_check_interval",
         positive_float,
-        0.0,
-        "seconds between node health checks while workers run (0: only before rendezvous)",
+        DEFAULT_HEALTH_INTERVAL_S,
+        "seconds between node health checks while workers run (0: only before rendezvous; "
+        "no thread when no check applies)",
     ),
     Option(
         "--ft-enable-nic-healthcheck",
@@ -454,7 +457,9 @@ class RunSettings:
     workers_stop_timeout: float = 15.0
     ft_node_health_check_endpoint: str = ""
     ft_gpu_health: str = "auto"
-    ft_node_health_check_interval: float = 0.0  # docs/launcher.md "Node health during the run"
+    ft_node_health_check_interval: float = (
+        DEFAULT_HEALTH_INTERVAL_S  # docs/launcher.md "Node health during the run"
+    )
     ft_enable_nic_healthcheck: bool = False
     ft_nic_interfaces: str = ""
     ft_storage_healthcheck_path: str = ""

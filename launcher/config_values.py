@@ -5,6 +5,8 @@ loader put the option's name in front). Also `ConfigError`, the error of a bad s
 
 from __future__ import annotations
 
+import math
+
 from attribution.core.policy_config import MAX_VALUE, bounded_int
 
 
@@ -12,10 +14,17 @@ class ConfigError(ValueError):
     """A bad option value or config file; the CLI turns it into a one-line error."""
 
 
+MAX_SECONDS = 1e7  # about 115 days; beyond it a duration is a mistake (and overflows waits)
+
+
 def positive_float(text: str) -> float:
+    """A duration in seconds, 0 to MAX_SECONDS (nan and inf are refused: nan compares false
+    with everything and would switch a timeout or an interval off silently)."""
     value = float(text)
     if value < 0:
         raise ValueError("must be >= 0")
+    if not math.isfinite(value) or value > MAX_SECONDS:
+        raise ValueError(f"must be a finite number of seconds, at most {MAX_SECONDS:g}")
     return value
 
 

@@ -52,7 +52,10 @@ def numa_nodes(root: Path | None = None) -> dict[int, set[int]]:
         text = read_text(base / name / "cpulist")
         if text is None:
             continue
-        cpus = parse_cpulist(text)
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError as exc:
+            raise NumaError(f"{base / name / 'cpulist'}: {exc}") from None
         if cpus:
             out[int(m.group(1))] = cpus
     if not out:

@@ -28,8 +28,12 @@ def read_text(path: Path) -> str | None:
         return None
 
 
+MAX_CPU = 1 << 16  # CPU numbers above this are no machine's (and a huge range would exhaust memory)
+
+
 def parse_cpulist(text: str) -> set[int]:
-    """`0-3,8,10-11` -> {0, 1, 2, 3, 8, 10, 11}; raises ValueError on anything else."""
+    """`0-3,8,10-11` -> {0, 1, 2, 3, 8, 10, 11}; raises ValueError on anything else,
+    also on a CPU number of MAX_CPU or more."""
     cpus: set[int] = set()
     for part in text.strip().split(","):
         part = part.strip()
@@ -38,11 +42,14 @@ def parse_cpulist(text: str) -> set[int]:
         lo, sep, hi = part.partition("-")
         if sep:
             first, last = int(lo), int(hi)
-            if last < first:
+            if last < first or first < 0 or last >= MAX_CPU:
                 raise ValueError(f"bad CPU range {part!r}")
             cpus.update(range(first, last + 1))
         else:
-            cpus.add(int(part))
+            cpu = int(part)
+            if not 0 <= cpu < MAX_CPU:
+                raise ValueError(f"bad CPU number {part!r}")
+            cpus.add(cpu)
     return cpus
 
 

@@ -28,11 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.safe_read import loads_json, read_small_text
+
 DEFAULT_SAFETY_FACTOR = 5.0  # NVRx's FaultToleranceConfig.safety_factor
 # observations needed before a value replaces the explicit one (NVRx needs two heartbeats:
 # one initial and one interval; relaunch wants a few intervals before trusting the maximum)
 MIN_OBSERVATIONS = {"initial": 1, "heartbeat": 3, "section": 1, "out_of_section": 1}
 STATE_VERSION = 1
+# the longest interval a stored state may claim (a week); a larger or non-finite one in a
+# tampered or corrupt file is dropped, so it cannot stretch a calculated timeout to never
+MAX_INTERVAL_S = 7 * 24 * 3600.0
 
 
 @dataclass
@@ -61,8 +66,8 @@ class Observed:
             max_s, count = float(value[0]), int(value[1])
         except (TypeError, ValueError, IndexError, KeyError):
             return Observed()
-        if not math.isfinite(max_s) or max_s < 0 or count < 0:
-            return Observed()
+        if not math.isfinite(max_s) or not 0 <= max_s <= MAX_INTERVAL_S or count < 0:
+            return Observed()  # a tampered value must not stretch a timeout past any hang
         return Observed(max_s, count)
 
 
@@ -243,10 +248,10 @@ class AutoTimeouts:
     def _load(self) -> None:
         path = self._path()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = loads_json(read_small_text(path, 1024 * 1024))
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # also a FIFO, an oversized or deep file
             self.say(f"warning: calculated timeouts in {path} not read ({exc}); starting afresh")
             return
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:

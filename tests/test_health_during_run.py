@@ -1,5 +1,5 @@
 """Node health while the workers run, through real `relaunch run` processes: a NIC of a
-fake sysfs tree goes down after the workers said they run, the storage path is a FIFO, and
+fake sysfs tree goes down after the workers said they run, the storage directory becomes a FIFO, and
 a healthy run is left alone. Plus the usage errors of the new options."""
 
 from __future__ import annotations
@@ -91,14 +91,24 @@ def test_nic_down_mid_run_stops_the_workers_and_records_the_node(tmp_path: Path)
             os.kill(pid, 0)
 
 
-def test_storage_fifo_makes_the_node_unhealthy(tmp_path: Path) -> None:
-    fifo = tmp_path / "store"
-    os.mkfifo(fifo)
+def test_storage_replaced_by_a_fifo_mid_run_makes_the_node_unhealthy(tmp_path: Path) -> None:
+    """A directory that stops being one while the workers run (a FIFO given from the start
+    is a usage error: tests/test_probe14_health_inputs.py)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    store = tmp_path / "store"  # a symlink, so that it can be swapped in one rename
+    store.symlink_to(real)
     proc = _start(tmp_path, "sto", _fake_sysfs(tmp_path), "--ft-storage-healthcheck-path",
-                  str(fifo))  # fmt: skip
+                  str(store))  # fmt: skip
+    ctl = tmp_path / "ctl"
+    _wait_for(lambda: (ctl / "running.0").exists() and (ctl / "running.1").exists(), proc)
+    swap = tmp_path / "swap"
+    swap.symlink_to(tmp_path / "fifo")
+    os.replace(swap, store)  # atomic: each probe sees the directory or the FIFO
     _, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 4, err
-    assert f"node unhealthy during the run: storage: {fifo}: NotADirectoryError" in err
+    assert f"node unhealthy during the run: storage: {store}: NotADirectoryError" in err
 
 
 def test_healthy_run_is_unaffected(tmp_path: Path) -> None:
@@ -134,8 +144,11 @@ def test_gpu_checks_skip_cleanly_without_nvml(tmp_path: Path) -> None:
     args[args.index("--ft-gpu-health") + 1] = "auto"
     r = run_relaunch(tmp_path, args + [str(WORKER)])
     assert r.returncode == 0, r.stderr
-    assert "node health during the run: every 5 s: GPU checks skipped: NVML not available" in (
-        r.stderr
+    # no check applies: no thread, no console line; the reason is in the first cycle log
+    assert "node health" not in r.stderr
+    log = read_log(tmp_path, "gpu", 0)
+    assert "node health during the run: not started: GPU checks skipped: NVML not available" in (
+        log
     )
 
 

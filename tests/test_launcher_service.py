@@ -140,6 +140,8 @@ def test_unhealthy_node_report_reaches_the_service_verdict(tmp_path: Path, servi
                 service,
                 "--ft-node-health-check-endpoint",
                 endpoint,
+                "--ft-node-health-check-interval",  # the preflight's path only
+                "0",
             )
             + [str(WORKER), "--mode", "crash_once"],
         )

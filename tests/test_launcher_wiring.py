@@ -249,7 +249,11 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
-        sick = launcher("sick", "--ft-node-health-check-endpoint", endpoint)
+        # the preflight's path: no run-time round may ask the service (default every 5 s)
+        sick = launcher(
+            "sick", "--ft-node-health-check-endpoint", endpoint,
+            "--ft-node-health-check-interval", "0",
+        )  # fmt: skip
         errs = [p.communicate(timeout=200)[1] for p in (sick, well)]
     assert [sick.returncode, well.returncode] == [4, 0], errs
     job = tmp_path / "logs" / "el"

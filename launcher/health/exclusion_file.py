@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.safe_read import loads_json, read_small_text
+
 VERSION = 1
+MAX_BYTES = 4 * 1024 * 1024  # a job's exclusion list; a bigger file is not one
+LOCK_TIMEOUT_S = 30.0  # how long an append waits for the lock
+LOCK_POLL_S = 0.02
 
 
 class ExclusionFileError(Exception):
@@ -62,7 +67,7 @@ def _parse(text: str) -> dict[str, dict[str, Any]]:
     if not text.strip():
         return {}  # an empty file: nobody excluded yet
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except ValueError as exc:
         raise ExclusionFileError(f"not JSON: {exc}") from None
     return _entries(doc)
@@ -70,9 +75,10 @@ def _parse(text: str) -> dict[str, dict[str, Any]]:
 
 def read_exclusions(path: str | os.PathLike[str]) -> Exclusions:
     """The excluded nodes. FileNotFoundError when missing; ExclusionFileError when the file
-    is unusable (unreadable counts: the OSError is wrapped)."""
+    is unusable (unreadable, not a regular file (a FIFO would block), over MAX_BYTES, too
+    deeply nested: the error is wrapped)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_small_text(path, MAX_BYTES)
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
@@ -80,13 +86,37 @@ def read_exclusions(path: str | os.PathLike[str]) -> Exclusions:
     return Exclusions(_parse(text))
 
 
-def append_exclusion(path: str | os.PathLike[str], node_id: str, reason: str, **extra: Any) -> bool:
+def _lock(fd: int, lock_path: Path, timeout_s: float) -> None:
+    """flock(LOCK_EX), giving up after `timeout_s` (a writer stuck on a hung shared mount
+    must not keep a failing node from leaving): ExclusionFileError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ExclusionFileError(
+                    f"{lock_path} held by another process for more than {timeout_s:g} s"
+                ) from None
+            time.sleep(LOCK_POLL_S)
+
+
+def append_exclusion(
+    path: str | os.PathLike[str],
+    node_id: str,
+    reason: str,
+    *,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+    **extra: Any,
+) -> bool:
     """Add `node_id` under the lock; False when it was already listed. A malformed file is
-    not overwritten (ExclusionFileError): its content may be someone's decision."""
+    not overwritten (ExclusionFileError): its content may be someone's decision; nor is
+    anything written when the lock stays held past `lock_timeout_s` (ExclusionFileError)."""
     target = Path(path)
     lock_path = target.with_name(target.name + ".lock")
     with open(lock_path, "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        _lock(lock.fileno(), lock_path, lock_timeout_s)
         try:
             try:
                 entries = read_exclusions(target).entries

@@ -90,6 +90,12 @@ def links_up_now(root: Path) -> list[Link]:
     return out
 
 
+def _check_name(dev: str, given: str) -> None:
+    """A device name is one sysfs entry: no '/', not '.' or '..', no blanks (ValueError)."""
+    if not dev or dev in (".", "..") or "/" in dev or any(c.isspace() for c in dev):
+        raise ValueError(f"NIC {given!r} is not an interface or HCA name")
+
+
 def parse_links(root: Path, names: Sequence[str]) -> list[Link]:
     """`eth0`, `mlx5_0` (all its ports) or `mlx5_0:1`. A name found under neither
     class/net nor class/infiniband raises ValueError."""
@@ -99,7 +105,12 @@ def parse_links(root: Path, names: Sequence[str]) -> list[Link]:
         if not name:
             continue
         dev, sep, port = name.partition(":")
+        _check_name(dev, name)
         if sep:
+            if not port.isdigit():
+                raise ValueError(f"NIC {name!r}: the port after ':' must be a number")
+            if not (_ib_dir(root) / dev / "ports" / port).is_dir():
+                raise ValueError(f"NIC {name!r}: no port {port} under {_ib_dir(root) / dev}")
             out.append(Link("ib", dev, port))
         elif (_net_dir(root) / name).exists():
             out.append(Link("net", name))

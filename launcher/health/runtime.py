@@ -36,17 +36,22 @@ class RuntimeHealth:
         self.interval_s = float(settings.ft_node_health_check_interval or 0.0)
         self._checks: list[tuple[str, Check]] = []
         self._monitor: HealthMonitor | None = None
+        self._not_started: str | None = None  # why no check runs (for the first cycle log)
         if self.interval_s > 0:
             self._checks, lines = checks_from_settings(settings)
-            say(
-                f"node health during the run: every {self.interval_s:g} s: "
-                + ("; ".join(lines) if lines else "no check configured")
-            )
+            what = "; ".join(lines) if lines else "no check configured"
+            if self._checks:  # the one console line; silent when nothing would run
+                say(f"node health during the run: every {self.interval_s:g} s: {what}")
+            else:
+                self._not_started = f"node health during the run: not started: {what}"
 
     # -- during the run ------------------------------------------------------------------
     def start_cycle(self) -> None:
         """Start this cycle's monitor (nothing when the interval is 0 or no check runs)."""
         self.stop_cycle()
+        if self._not_started is not None:  # said once, in the first cycle's log
+            self._event(self._not_started)
+            self._not_started = None
         if self.interval_s <= 0 or not self._checks:
             return
         self._monitor = HealthMonitor(

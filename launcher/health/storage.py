@@ -8,8 +8,10 @@ behind and the next probe is not started while it is still stuck.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import stat
 import threading
 from pathlib import Path
 
@@ -23,18 +25,41 @@ def probe_name() -> str:
     return f".relaunch-storage-probe.{socket.gethostname()}.{os.getpid()}"
 
 
+def _open_own(target: Path) -> int:
+    """Open the probe file for writing, never through something planted at its name in a
+    shared directory: a symlink (O_NOFOLLOW) or a hard link to someone's file is removed
+    and the file created afresh (O_EXCL); only then is it truncated. A FIFO there blocks
+    the open, as a write on a hung mount does (the caller's bound applies)."""
+    base = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(target, base, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        fd = -1
+    if fd >= 0:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            os.ftruncate(fd, 0)
+            return fd
+        os.close(fd)
+    os.unlink(target)  # a symlink, or a link to a file that is not ours
+    return os.open(target, base | os.O_EXCL, 0o600)
+
+
 def _probe(path: Path, name: str) -> None:
     """Write + fsync + read back + remove; raises OSError or ValueError."""
     target = path / name
     payload = f"relaunch storage probe {os.getpid()}\n".encode()
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = _open_own(target)
     try:
         os.write(fd, payload)
         os.fsync(fd)
     finally:
         os.close(fd)
-    with open(target, "rb") as fh:
-        back = fh.read()
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        back = fh.read(len(payload) + 1)
     os.unlink(target)
     if back != payload:
         raise ValueError(f"read back {len(back)} byte(s) that differ from what was written")
