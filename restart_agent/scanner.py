@@ -89,7 +89,19 @@ class LogScanner:
 
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
-        self._passes = compile_prefilter(self.registry.prefilter + CONTEXT_TRIGGERS)
+        triggers = self.registry.prefilter + CONTEXT_TRIGGERS
+        # a trigger alone with its first byte is found with a chain of backward `rfind`s
+        # (about twice the speed of the regex engine's literal scan), the rest by one regex
+        # per first byte
+        by_first: dict[bytes, set[bytes]] = {}
+        for t in triggers:
+            by_first.setdefault(t.encode()[:1], set()).add(t.encode())
+        self._literals = tuple(
+            sorted(next(iter(v)) for v in by_first.values() if len(v) == 1 and _FRAME not in v)
+        )
+        self._passes = compile_prefilter(
+            tuple(t for t in triggers if t.encode() not in self._literals)
+        )
         # the candidate passes: those of `_passes`, but the one holding `File "` (frames are
         # found between candidates) is replaced, after a region's first frame, by the same
         # pass without it (no `File "` can overlap another trigger of its first byte)
@@ -338,6 +350,20 @@ class LogScanner:
                     starts[s] = g
                 elif got != g:
                     starts[s] = got | {g} if isinstance(got, frozenset) else frozenset((got, g))
+        for lit in self._literals:
+            end = len(region)
+            while True:
+                p = rfind(lit, 0, end)
+                if p < 0:
+                    break
+                end = rfind(b"\n", 0, p) + 1  # the line start (no trigger holds a newline)
+                got = get(end)
+                if got is None:
+                    starts[end] = lit
+                elif got != lit:
+                    starts[end] = (
+                        got | {lit} if isinstance(got, frozenset) else frozenset((got, lit))
+                    )
         return starts, self._frames_seen
 
     def _frame_pass_matches(self, region: bytes) -> Iterator[re.Match[bytes]]:
@@ -355,6 +381,7 @@ class LogScanner:
     def _hints(self, raw: bytes) -> set[str] | Literal[False]:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""
         found = {m.group().decode() for rx in self._passes for m in rx.finditer(raw)}
+        found.update(lit.decode() for lit in self._literals if lit in raw)
         return found or False
 
     # ------------------------------------------------------------------ result
