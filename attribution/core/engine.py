@@ -28,7 +28,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -229,6 +229,18 @@ def _notes_of(rec: CycleRecord | None) -> list[NodeHealthNote]:
     return notes
 
 
+def records_node_health(verdict: Mapping[str, Any] | None, note: NodeHealthNote) -> bool:
+    """True when `verdict` lists exactly this report of the node, so re-deciding the
+    cycle for `note` changes nothing; False when the node is absent or listed with an
+    earlier report (an analysis that read the records before `note` was stored)."""
+    listed = [
+        n
+        for n in (verdict or {}).get("node_health") or []
+        if isinstance(n, dict) and str(n.get("node")) == note.node
+    ]
+    return bool(listed) and listed[0] == note.to_dict()
+
+
 class AttributionEngine:
     """Scan → prior verdicts → decide → save → listeners."""
 
@@ -413,12 +425,7 @@ class AttributionEngine:
         rec = self.repo.get_cycle(job_id, cycle)
         if rec is None or rec.verdict is None or not rec.log_path:
             return None
-        listed = [
-            n
-            for n in rec.verdict.get("node_health") or []
-            if isinstance(n, dict) and str(n.get("node")) == note.node
-        ]
-        if listed and listed[0] == note.to_dict():  # the verdict already says exactly this
+        if records_node_health(rec.verdict, note):  # the verdict already says exactly this
             return None
         if not self._readable(rec.log_path):
             return None

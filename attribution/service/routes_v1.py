@@ -17,6 +17,7 @@ from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+from attribution.core.engine import records_node_health
 from attribution.core.files import safe_name
 from attribution.service.deps import CycleNo, JobId, StateDep
 from attribution.service.errors import ERROR_RESPONSES, ApiError
@@ -347,13 +348,16 @@ async def post_node_health(
     node replaces the earlier one."""
     record = report.model_dump(mode="json")
     try:
-        await asyncio.to_thread(st.engine.store_node_health, job_id, cycle, record)
+        note = await asyncio.to_thread(st.engine.store_node_health, job_id, cycle, record)
     except ValueError as exc:  # e.g. NaN in a free-form field: JSON cannot hold it
         raise ApiError("invalid_parameter", f"node health report: {exc}") from None
     verdict = None
     tl = st.tracked_key(job_id, cycle) or await asyncio.to_thread(st.cycle_log, job_id, cycle)
     if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
-        for _ in range(2):  # an analysis already in flight may have read the records before
+        # The service decides through its analysis pool (joining one in flight, capacity,
+        # timeout), so it drives the analyses; the engine says when the verdict is current.
+        # A joined analysis may have read the records before this one was stored: one more.
+        for _ in range(2):
             try:
                 fut = await asyncio.to_thread(st.analyze, tl, force=True)
             except ApiError as exc:  # overloaded: the record is stored, the next analysis reads it
@@ -367,6 +371,6 @@ async def post_node_health(
             if fut.exception() is not None:
                 break
             verdict = fut.result()
-            if report.node in {str(n.get("node")) for n in verdict.get("node_health") or []}:
+            if records_node_health(verdict, note):
                 break
     return {"job_id": job_id, "cycle": cycle, "node": report.node, "verdict": verdict}
