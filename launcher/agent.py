@@ -59,6 +59,7 @@ from launcher.result import LaunchResult
 from launcher.straggler_scores import StragglerReports
 from launcher.timeouts_auto import AutoTimeouts, effective
 from launcher.validate import attribution_token
+from restart_agent.model import JobState
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
@@ -173,23 +174,23 @@ def install_signal_handlers() -> dict[signal.Signals, Any]:
     return previous
 
 
-def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[str, str]:
+def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[JobState, str]:
     """The job's recorded final state and why, from the launcher's exit code."""
     if code == EXIT_OK:
-        return "succeeded", "all ranks exited with code 0"
+        return JobState.SUCCEEDED, "all ranks exited with code 0"
     if code == EXIT_STOPPED and stop is not None:
-        return "stopped", f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
+        return JobState.STOPPED, f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
     if code == EXIT_NODE_UNHEALTHY:
-        return "failed", "the node health check found this node unhealthy"
+        return JobState.FAILED, "the node health check found this node unhealthy"
     if code == EXIT_NO_PROGRESS:
-        return "stopped", "no progress (see the progress guard line)"
+        return JobState.STOPPED, "no progress (see the progress guard line)"
     if code > 128:
         try:
             name = signal.Signals(code - 128).name
         except ValueError:
             name = f"signal {code - 128}"
-        return "interrupted", f"the launcher received {name}; workers stopped"
-    return "failed", f"restart budget ({max_restarts}) spent"
+        return JobState.INTERRUPTED, f"the launcher received {name}; workers stopped"
+    return JobState.FAILED, f"restart budget ({max_restarts}) spent"
 
 
 class RelaunchAgent(LocalElasticAgent):
@@ -239,9 +240,9 @@ class RelaunchAgent(LocalElasticAgent):
         self._rdzv_rounds = 0
         self._cycles_started = 0  # cycles run by this launcher (a continued job started later)
         self._signal_seen = False  # run_job has handled a signal: no re-raise
-        self.terminal: str | None = None  # job-wide outcome that closes the rendezvous
+        self.terminal: JobState | None = None  # job-wide outcome that closes the rendezvous
         self.recorded_stops: list[VerdictInfo] = []  # STOP verdicts only logged (action log)
-        self.final: tuple[str, int, str] | None = None  # (state, exit code, reason) recorded
+        self.final: tuple[JobState, int, str] | None = None  # (state, exit code, reason) recorded
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
         self._progress = progress_guard.ProgressGuard(  # docs/launcher.md, progress guard
             settings.ft_max_no_progress_restarts, settings.ft_min_progress_iterations
@@ -382,7 +383,7 @@ class RelaunchAgent(LocalElasticAgent):
         self.attribution.register(self.settings.job_id, cycle, log_path, node)
         return st
 
-    def _end_cycle(self, outcome: str) -> None:
+    def _end_cycle(self, outcome: JobState) -> None:
         """Close the cycle log with its facts; record the end; a failed cycle's analysis is
         requested (never awaited). `outcome`: succeeded | failed | stopped | interrupted."""
         self._health.stop_cycle()
@@ -408,10 +409,10 @@ class RelaunchAgent(LocalElasticAgent):
         if st.exits is not None:
             st.exits.close()
         job = self.settings.job_id
-        reason = st.failure if outcome != "succeeded" else "all ranks exited with code 0"
+        reason = st.failure if outcome != JobState.SUCCEEDED else "all ranks exited with code 0"
         # the analysis reads the end too: recorded first, so it is never left `registered`
         self.attribution.end_cycle(job, st.cycle, outcome, reason)
-        if st.failure is not None and not st.stopped_by_verdict and outcome == "failed":
+        if st.failure is not None and not st.stopped_by_verdict and outcome == JobState.FAILED:
             self.attribution.request_analysis(job, st.cycle, st.log_path, st.node)
 
     # -- elastic hooks ------------------------------------------------------------
@@ -772,12 +773,12 @@ class RelaunchAgent(LocalElasticAgent):
         if st is None or st.ended:
             return
         if st.stopped_by_verdict:
-            self._end_cycle("stopped")
+            self._end_cycle(JobState.STOPPED)
         elif st.failure is not None:
-            self._end_cycle("failed")
+            self._end_cycle(JobState.FAILED)
         else:  # healthy workers restarted because a node joined or left
             st.failure = "stopped by the launcher: the rendezvous membership changed"
-            self._end_cycle("stopped")
+            self._end_cycle(JobState.STOPPED)
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
@@ -803,10 +804,12 @@ class RelaunchAgent(LocalElasticAgent):
             result = self.run()
             if result is not None and not result.is_failed():
                 code = EXIT_OK
-            self.terminal = "succeeded" if code == EXIT_OK else "failed"  # job-wide: budget
+            self.terminal = (
+                JobState.SUCCEEDED if code == EXIT_OK else JobState.FAILED
+            )  # job-wide: budget
         except _StopJob:
             code = EXIT_STOPPED
-            self.terminal = "stopped"
+            self.terminal = JobState.STOPPED
         except _NodeUnhealthy as exc:
             self.unhealthy_reason = str(exc)
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
@@ -814,7 +817,7 @@ class RelaunchAgent(LocalElasticAgent):
             code = EXIT_NODE_UNHEALTHY
         except _NoProgress as exc:
             code = EXIT_NO_PROGRESS
-            self.terminal = "stopped"  # the progress guard's decision is job-wide
+            self.terminal = JobState.STOPPED  # the progress guard's decision is job-wide
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
             self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
         except SignalException as exc:  # elastic already stopped the workers with it
@@ -824,7 +827,7 @@ class RelaunchAgent(LocalElasticAgent):
         except RendezvousClosedError:
             note = "the rendezvous was closed by another node (the job ended there)"
             reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
-            if reason == "succeeded":  # closed while this node waited as a hot spare
+            if reason == JobState.SUCCEEDED:  # closed while this node waited as a hot spare
                 code = EXIT_OK
                 note = "standby: the job succeeded without needing this node"
             self.say(note)
@@ -835,12 +838,12 @@ class RelaunchAgent(LocalElasticAgent):
             st = self._state
             if st is not None and not st.ended:
                 if code == EXIT_OK:
-                    self._end_cycle("succeeded")
+                    self._end_cycle(JobState.SUCCEEDED)
                 elif code > 128:
                     st.failure = st.failure or "interrupted by a signal"
-                    self._end_cycle("interrupted")
+                    self._end_cycle(JobState.INTERRUPTED)
                 else:
-                    self._end_cycle("stopped" if st.stopped_by_verdict else "failed")
+                    self._end_cycle(JobState.STOPPED if st.stopped_by_verdict else JobState.FAILED)
         if code > 128:
             self.attribution.skip_analyses()  # the user wants out: records only
         elif code != EXIT_OK and not self.attribution.drain():
@@ -853,7 +856,7 @@ class RelaunchAgent(LocalElasticAgent):
         if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
             code = EXIT_STOPPED
             if self.terminal is not None:
-                self.terminal = "stopped"
+                self.terminal = JobState.STOPPED
             v = self.stop_verdict
             self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
             self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")

@@ -202,6 +202,8 @@ def test_end_routes_reject_bad_input(tmp_path: Path, service: str) -> None:
             resp = client.post(path, json=body)
             assert 400 <= resp.status_code < 500, (path, body, resp.text)
             assert set(resp.json()) == {"error_code", "message"}, resp.text
+            if "running" in body.values() or "exploded" in body.values():  # plain words
+                assert "one of succeeded, failed, stopped, interrupted" in resp.text, resp.text
         assert client.get("/v1/jobs").json()["jobs"] == []
         ok = client.post("/v1/jobs/j/cycles/0/end", json={"outcome": "failed", "reason": "x"})
         assert ok.status_code == 200, ok.text

@@ -8,17 +8,33 @@ tells the same truth as the embedded one (`HistoryRepository.end_cycle` / `end_j
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from attribution.service.deps import CycleNo, JobId, StateDep
 from attribution.service.errors import ERROR_RESPONSES
+from restart_agent.model import JobState
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
-Ending = Literal["succeeded", "failed", "stopped", "interrupted"]
+ENDINGS = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.INTERRUPTED)
+
+
+def _an_ending(value: object) -> object:
+    """Accept an ending; refuse anything else in plain words (the Literal alone would
+    list enum reprs)."""
+    if isinstance(value, str) and value in ENDINGS:
+        return JobState(value)
+    raise ValueError(f"must be one of {', '.join(ENDINGS)}, not {value!r}")
+
+
+# how a cycle or a job ends: a `JobState` in the code, its plain value on the wire and in the DB
+Ending = Annotated[
+    Literal[JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.INTERRUPTED],
+    BeforeValidator(_an_ending),
+]
 
 
 class CycleEnd(BaseModel):
