@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from attribution.core.background import BackgroundQueue
 
 log = logging.getLogger(__name__)
 
@@ -86,43 +87,39 @@ class StoreExchange:
 
 class ExchangeThread:
     """Runs the exchange of each local report in order and hands the merged report to
-    `score(n, summaries)`. `submit` never blocks; `close` stops after what is queued,
-    waiting at most `timeout` seconds."""
+    `score(n, summaries)`, on a `BackgroundQueue`. `submit` never blocks; `close` stops
+    after what is queued, waiting at most `timeout` seconds."""
 
     def __init__(self, exchange: StoreExchange, score: Callable[[int, Summaries], None]) -> None:
         self.exchange = exchange
         self._score = score
-        self._queue: queue.Queue[tuple[int, Summaries] | None] = queue.Queue()
         self._stop = threading.Event()
         self.failed: str | None = None
-        self._thread = threading.Thread(target=self._run, name="relaunch-straggler", daemon=True)
-        self._thread.start()
+        self._queue: BackgroundQueue[tuple[int, Summaries]] = BackgroundQueue(
+            self._exchange_and_score, name="relaunch-straggler"
+        )
 
     def submit(self, n: int, summaries: Summaries) -> None:
         self._queue.put((n, summaries))
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            n, local = item
-            merged = dict(local)
-            if self.failed is None:
-                try:
-                    self.exchange.publish(n, local)
-                    merged = {**self.exchange.collect(n, self._stop), **local}
-                except Exception as exc:  # noqa: BLE001 - the store went away: per node
-                    self.failed = str(exc) or type(exc).__name__
-                    log.warning("straggler exchange through the store off: %s", self.failed)
+    def _exchange_and_score(self, item: tuple[int, Summaries]) -> None:
+        n, local = item
+        merged = dict(local)
+        if self.failed is None:
             try:
-                self._score(n, merged)
-            except Exception:  # noqa: BLE001 - never let scoring kill the thread
-                log.exception("straggler scoring failed")
+                self.exchange.publish(n, local)
+                merged = {**self.exchange.collect(n, self._stop), **local}
+            except Exception as exc:  # noqa: BLE001 - the store went away: per node
+                self.failed = str(exc) or type(exc).__name__
+                log.warning("straggler exchange through the store off: %s", self.failed)
+        try:
+            self._score(n, merged)
+        except Exception:  # noqa: BLE001 - logged here with what failed
+            log.exception("straggler scoring failed")
 
     def close(self, timeout: float) -> None:
         """Finish what is queued, waiting for the other nodes at most `timeout` s more."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-        self._stop.set()  # what is left scores with the nodes that reported
-        self._thread.join(timeout)
+        if not self._queue.close(timeout):
+            self._stop.set()  # what is left scores with the nodes that reported
+            self._queue.close(timeout)
+        self._stop.set()
