@@ -19,7 +19,10 @@ never a STOP.
 Nothing queued is dropped on exit: each task carries a time budget (a write: seconds; an
 analysis: sized to its log), and `drain()`/`close()` wait for the budgets of the work
 still queued, so a job that fails in its first second still leaves its job row, cycles
-and end in the history; only work past its budget is abandoned, with a warning.
+and end in the history; only work past its budget is abandoned, with a warning. The
+thread is hand-made, not an `attribution.core.background.BackgroundQueue`: a task waits
+at a gate (closed while workers restart, some tasks skip it) and the queue's wait is
+measured in the tasks' time budgets, neither of which a plain queue loop has.
 """
 
 from __future__ import annotations

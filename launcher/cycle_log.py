@@ -8,7 +8,10 @@ partial and huge lines), prefixes them with `[rankR]: ` (torch's own per-rank pr
 and writes them, together with the launcher's own `[relaunch] ` event lines, to the sink.
 Only this thread writes, so lines of different ranks are never torn or interleaved
 mid-line. The same thread hands each worker line to the optional `launcher.console`
-echo (torchrun's `--tee`/`--redirects` on the launcher's console).
+echo (torchrun's `--tee`/`--redirects` on the launcher's console). That thread is a
+poller, not an `attribution.core.background.BackgroundQueue` loop: it tails the spool files
+on a timer whether or not an event line is queued, and writes the rank lines read so far
+before each event line so the two keep their order.
 """
 
 from __future__ import annotations
