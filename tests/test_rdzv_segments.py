@@ -34,7 +34,7 @@ def test_a_segment_with_a_failed_node_is_replaced_whole(tmp_path: Path) -> None:
             nodes.append(
                 start_node(
                     tmp_path, "n1", port, "2:4", group_rank=1, env=env(1),
-                    extra=(*seg, "--ft-node-health-check-endpoint", endpoint),
+                    extra=(*seg, "--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0"),
                 )
             )  # fmt: skip
             for i in (2, 3):

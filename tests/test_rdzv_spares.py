@@ -35,7 +35,7 @@ def test_standby_replaces_a_failed_active_node(tmp_path: Path) -> None:
             nodes.append(
                 start_node(
                     tmp_path, "n1", port, "2:4", group_rank=1, env=fail,
-                    extra=("--ft-node-health-check-endpoint", endpoint),
+                    extra=("--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0"),
                 )
             )  # fmt: skip
             for i in (2, 3):
