@@ -1030,6 +1030,8 @@ def launch(
     except SignalException as exc:  # before the agent ran (building the rendezvous)
         code = 128 + int(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
+    except RendezvousError as exc:  # building the rendezvous: the store is unreachable
+        print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
     finally:
         if agent is not None:
             agent.close()

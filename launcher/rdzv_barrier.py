@@ -22,6 +22,7 @@ job-wide decision (`close_for_exit`); standbys then end with the job's outcome.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -32,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from torch.distributed import PrefixStore, Store
+from torch.distributed import DistError, PrefixStore, Store
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
+    RendezvousConnectionError,
     RendezvousError,
     RendezvousHandler,
     RendezvousInfo,
@@ -47,6 +49,20 @@ from launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
 from launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
 
 POLL_S = 0.5  # longest a waiter sleeps between checks (closing wakes it at once)
+
+
+@contextlib.contextmanager
+def _store_lost(endpoint: str) -> Any:
+    """A store operation that fails (its host died, the network went) becomes one
+    `RendezvousConnectionError` with a one-line reason: the launcher reports it and exits
+    (code 1) instead of dying with a C++ traceback."""
+    try:
+        yield
+    except DistError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RendezvousConnectionError(
+            f"lost the rendezvous store at {endpoint} (its host ended or is unreachable): {first}"
+        ) from None
 
 
 class BarrierRendezvousHandler(RendezvousHandler):
@@ -110,7 +126,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
         return self._params.run_id
 
     def is_closed(self) -> bool:
-        return get_str(self._s, Keys.CLOSED) is not None
+        with _store_lost(self._params.endpoint):
+            return get_str(self._s, Keys.CLOSED) is not None
 
     def set_closed(self, reason: str = "failed") -> None:
         cas(self._s, Keys.CLOSED, "", reason)
@@ -118,6 +135,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
     def num_nodes_waiting(self) -> int:
         """1 when the next round was opened (an active node failed, left or died):
         elastic then restarts this node's workers. Standbys waiting count 0."""
+        with _store_lost(self._params.endpoint):
+            return self._num_nodes_waiting()
+
+    def _num_nodes_waiting(self) -> int:
         active = self._active
         if active is None:
             return 0
@@ -140,6 +161,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
         return True
 
     def next_rendezvous(self) -> RendezvousInfo:
+        with _store_lost(self._params.endpoint):
+            return self._next_rendezvous()
+
+    def _next_rendezvous(self) -> RendezvousInfo:
         deadline = time.monotonic() + self.join_timeout_s
         if self._active is not None:  # this node was active: its peers must restart too
             self._open(self._active[0] + 1)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -116,11 +117,17 @@ _CONF_NUMBERS = {  # --rdzv-conf keys the barrier rendezvous reads: (type, minim
 }
 
 
+_BOOLS = {"1", "true", "t", "yes", "y", "0", "false", "f", "no", "n"}  # torch's get_as_bool
+
+
 def check_conf(conf: str) -> None:
-    """The numeric `--rdzv-conf` values of the barrier rendezvous (one-line reason)."""
+    """The numeric `--rdzv-conf` values of the barrier rendezvous (finite, at least the
+    minimum) and `is_host` (a boolean, as torch reads it); one-line reason otherwise."""
     for part in conf.split(","):
         key, _, value = part.partition("=")
         key = key.strip()
+        if key == "is_host" and value.strip().lower() not in _BOOLS:
+            raise ValueError(f"--rdzv-conf is_host={value!r}: not a boolean (true or false)")
         if key not in _CONF_NUMBERS:
             continue
         kind, low = _CONF_NUMBERS[key]
@@ -128,6 +135,8 @@ def check_conf(conf: str) -> None:
             number = kind(value.strip())
         except ValueError:
             raise ValueError(f"--rdzv-conf {key}={value!r}: not a number") from None
+        if not math.isfinite(number):  # nan passes every comparison; inf never fires
+            raise ValueError(f"--rdzv-conf {key}={value!r}: not a finite number")
         if number < low:
             raise ValueError(f"--rdzv-conf {key}={value!r}: must be >= {low}")
 

@@ -1,0 +1,98 @@
+"""Chaos probes of the barrier rendezvous through real `relaunch run` launchers on
+loopback: what every launcher does when the store host dies, when the store is never
+reachable, and which `--rdzv-conf` values are refused. Each launcher must end with a
+one-line reason and a documented exit code; nothing here depends on timing (the waits
+are generous bounds on events, never assertions about speed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._launcher_helpers import relaunch_env
+from tests._rdzv_helpers import RDZV_WORKER, free_port, start_node, stop_all, wait_listening
+from tests.test_rdzv_config import MULTI, _usage_error
+
+pytestmark = pytest.mark.timeout(400)
+
+
+@pytest.mark.parametrize(
+    ("conf", "says"),
+    [
+        ("keep_alive_interval=nan", "keep_alive_interval='nan': not a finite number"),
+        ("keep_alive_interval=inf", "keep_alive_interval='inf': not a finite number"),
+        ("is_host=maybe", "is_host='maybe': not a boolean (true or false)"),
+    ],
+)
+def test_rdzv_conf_values_that_would_break_the_rendezvous(
+    tmp_path: Path, conf: str, says: str
+) -> None:
+    """nan keep-alives made every node look dead (nan compares false), inf never expires;
+    a bad is_host was a traceback with exit 1 from torch's parser."""
+    line = _usage_error(tmp_path, ["--nnodes", "2:4", "--rdzv-conf", conf, *MULTI])
+    assert f"--rdzv-conf {says}" in line, line
+
+
+def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A node that is not the store host and finds no store (nobody listens on the
+    endpoint): one line naming the endpoint, exit 1, no worker started."""
+    port = free_port()
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "relaunch_cli", "run", "--nnodes", "2",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "is_host=false,read_timeout=2",
+            "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
+            "--log-dir", str(tmp_path / "logs"), str(RDZV_WORKER),
+        ],
+        cwd=tmp_path, env=relaunch_env(tmp_path), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "Traceback" not in out, out
+    assert f"relaunch: error: cannot reach the rendezvous store at 127.0.0.1:{port}" in out, out
+    assert "no worker was started" in out, out
+
+
+def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
+    """The store host (n0, active) is SIGKILLed with its worker while n1 is active and n2
+    waits as a hot spare: both end (no hang), exit 1, with one line saying the store was
+    lost instead of a C++/Python traceback."""
+    port = free_port()
+    env = {"HOLD_NODE": "n0", "PID_DIR": str(tmp_path)}
+    fast = ("--rdzv-conf", "last_call_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3")
+    nodes = []
+    try:
+        n0 = start_node(tmp_path, "n0", port, "2:3", group_rank=0, env=env, extra=fast)
+        nodes.append(n0)
+        wait_listening(port, n0.proc)
+        for i in (1, 2):
+            nodes.append(
+                start_node(tmp_path, f"n{i}", port, "2:3", group_rank=i, env=env, extra=fast)
+            )
+        pid_file = tmp_path / "n0.pid"
+        deadline = time.monotonic() + 240
+        while not pid_file.exists() and time.monotonic() < deadline:  # n0's worker is up
+            time.sleep(0.1)
+        assert pid_file.exists(), {n.name: n.text() for n in nodes}
+        # n2 is a standby by then (round 0 closed before n0's worker started)
+        os.kill(n0.proc.pid, signal.SIGKILL)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        codes = [n.wait(timeout=300) for n in nodes[1:]]
+    finally:
+        stop_all(nodes)
+    out = {n.name: n.text() for n in nodes}
+    assert codes == [1, 1], out
+    assert "rendezvous round 0: standby (hot spare), reserved rank 2" in out["n2"]
+    for name in ("n1", "n2"):
+        launcher_lines = [ln for ln in out[name].splitlines() if not ln.startswith("[rank")]
+        assert not any(ln.startswith("Traceback") for ln in launcher_lines), out[name]
+        assert (
+            f"relaunch: rendezvous failed on this node: lost the rendezvous store at "
+            f"127.0.0.1:{port}" in out[name]
+        ), out[name]
