@@ -254,8 +254,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
     def _join(self) -> tuple[int, int]:
         while True:
             r = get_int(self._s, Keys.ROUND)
-            if get_str(self._s, Keys.result(r)) is None:
+            raw = get_str(self._s, Keys.result(r))
+            if raw is None:
                 break
+            _nodes(raw)  # a round that failed fails a late node too (nobody opens r+1)
             # round r runs without us (a node the scheduler added or restarted): wait as a
             # hot spare, without a deadline, until r+1 opens
             self.report(f"rendezvous round {r} is running; waiting for the next round")
@@ -295,15 +297,16 @@ class BarrierRendezvousHandler(RendezvousHandler):
             self._raise_if_closed()
             raw = get_str(self._s, Keys.result(r))
             if raw is not None:
-                return [Assignment(**a) for a in json.loads(raw)["nodes"]]
+                return _nodes(raw)
             if get_int(self._s, Keys.ROUND) != r:
                 return []  # fenced: the round moved on without closing with us
             alive = [p for i, p in self._participants(r).items() if self._alive(r, i)]
             missing = self._missing_from_previous(r, {p.node_id for p in alive})
             try:
                 plan = assign(alive, self.min_nodes, self.segment)
-            except AssignmentError as exc:
-                raise RendezvousError(str(exc)) from None
+            except AssignmentError as exc:  # the round's result, so every node fails alike
+                self._close(r, None, str(exc))
+                continue
             now = time.monotonic()
             if plan is None:
                 last_call = None
@@ -329,17 +332,22 @@ class BarrierRendezvousHandler(RendezvousHandler):
         raw = get_str(self._s, Keys.result(r - 1))
         if raw is None:
             return 1
-        expected = {a["node_id"] for a in json.loads(raw)["nodes"]}
+        expected = {a["node_id"] for a in json.loads(raw).get("nodes", [])}
         missing = 0
         for slot, p in self._participants(r - 1).items():
             if p.node_id in expected and p.node_id not in joined and self._alive(r - 1, slot):
                 missing += 1
         return missing
 
-    def _close(self, r: int, plan: list[Assignment]) -> None:
+    def _close(self, r: int, plan: list[Assignment] | None, error: str | None = None) -> None:
+        """Write round r's result (first writer wins): the plan, or the error that fails
+        the round on every participant (duplicate infra ranks)."""
         if get_int(self._s, Keys.ROUND) != r:
             return
-        cas(self._s, Keys.result(r), "", dumps({"round": r, "nodes": [asdict(a) for a in plan]}))
+        body: dict[str, Any] = {"round": r, "nodes": [asdict(a) for a in plan or []]}
+        if error is not None:
+            body["error"] = error
+        cas(self._s, Keys.result(r), "", dumps(body))
 
     def _slots(self, r: int, result: list[Assignment]) -> dict[str, int]:
         ids = {a.node_id for a in result if a.active}
@@ -357,7 +365,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         """Wait until round r+1 is opened; open it when an active node of r died or left."""
         if result is None:
             raw = get_str(self._s, Keys.result(r))
-            result = [Assignment(**a) for a in json.loads(raw)["nodes"]] if raw else []
+            result = _nodes(raw) if raw else []
         while not self._s.check([Keys.opened(r + 1)]):
             self._raise_if_closed()
             if self._dead_actives(r, result):
@@ -389,6 +397,15 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 self._s.set(Keys.heartbeat(*beat), repr(time.time()))
             except Exception:  # noqa: BLE001 - the store went away; the agent will see it
                 return
+
+
+def _nodes(raw: str) -> list[Assignment]:
+    """The assignments of a closed round's result; RendezvousError when the round failed
+    (the same one-line reason on every participant)."""
+    data = json.loads(raw)
+    if "error" in data:
+        raise RendezvousError(f"round {data['round']}: {data['error']}")
+    return [Assignment(**a) for a in data["nodes"]]
 
 
 def on_exit(handler: Any, terminal: str | None) -> None:

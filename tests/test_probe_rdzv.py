@@ -96,3 +96,42 @@ def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
             f"relaunch: rendezvous failed on this node: lost the rendezvous store at "
             f"127.0.0.1:{port}" in out[name]
         ), out[name]
+
+
+def test_a_duplicate_infra_rank_fails_the_round_on_every_node() -> None:
+    """docs: two nodes with the same infra rank fail the rendezvous on every node. The
+    first node that saw the duplicate used to fail alone and leave; the duplicate that
+    remained then joined the job as if nothing happened (which of the two ran was an
+    accident of timing). Now the error is the round's result: every participant, and a
+    node arriving later, fails with the same line."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    from tests.test_rdzv_barrier import Cluster
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True,
+                      timeout=timedelta(seconds=30))  # fmt: skip
+    c = Cluster(server, 2, 4, last_call_timeout=0)
+    try:
+        from launcher.rdzv_store import Keys, dumps
+
+        dups = []
+        for node in ("dupA", "dupB"):  # two live launchers both claiming infra rank 1
+            slot = c.view.add(Keys.count(0), 1) - 1
+            c.view.set(Keys.participant(0, slot), dumps({"node_id": node, "addr": "zz",
+                       "pid": 1, "infra_rank": 1, "segment": None, "was_active": False}))  # fmt: skip
+            c.view.set(Keys.heartbeat(0, slot), repr(time.time() + 3600))
+            dups.append(slot)
+        first = c.handler(infra_rank=0)
+        c.join(first).join(60)
+        assert isinstance(c.results[0], RendezvousError), c.results[0]
+        assert "duplicate infra group rank 1" in str(c.results[0])
+        c.view.set(Keys.left(0, dups[1]), "1")  # one duplicate gives up
+        later = c.handler(infra_rank=2)
+        c.join(later).join(60)
+        assert isinstance(c.results[1], RendezvousError), c.results[1]
+        assert "duplicate infra group rank 1" in str(c.results[1])
+    finally:
+        c.close()
