@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -373,7 +374,8 @@ class RelaunchAgent(LocalElasticAgent):
         log.event(
             f"cycle {cycle} start: job={self.settings.job_id} node={node if node is not None else 0} "
             f"ranks={ranks[0]}..{ranks[-1]} world_size={world_size} "
-            f"restarts_left={self._remaining_restarts}/{self.settings.max_restarts}"
+            f"restarts_left={self._remaining_restarts}/{self.settings.max_restarts} "
+            f"host={socket.gethostname()} launcher_pid={os.getpid()}"  # who ran it (spares)
         )
         log.event(
             facts.cycle_start(cycle, self.settings.job_id, node, ranks, world_size, time.time())

@@ -106,6 +106,12 @@ def test_standby_replaces_a_killed_launcher(tmp_path: Path) -> None:
         for m in re.finditer(r"node (n\d) runs rank (\d) of (\d) in cycle (\d)", log.read_text()):
             ran[int(m.group(2))] = m.group(1)
     assert ran == {0: "n0", 1: "n2"}, ran
+    # the on-call view: each cycle log names the launcher (host, pid) that ran that group
+    # rank, so cycle_1.node1.log is told apart from cycle_0.node1.log (another launcher)
+    logs = tmp_path / "logs" / "rz"
+    pids = {n.name: n.proc.pid for n in nodes}
+    for log, name in (("cycle_0.node1.log", "n1"), ("cycle_1.node1.log", "n2")):
+        assert f"launcher_pid={pids[name]}" in (logs / log).read_text(), log
 
 
 def test_a_returning_active_node_keeps_its_place_over_the_standbys(tmp_path: Path) -> None:
