@@ -293,6 +293,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
     def _wait_closed(self, r: int, slot: int, deadline: float) -> list[Assignment]:
         last_call: float | None = None
+        dup_since: float | None = None  # when this node first saw a duplicate infra rank
         while True:
             self._raise_if_closed()
             raw = get_str(self._s, Keys.result(r))
@@ -302,12 +303,20 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 return []  # fenced: the round moved on without closing with us
             alive = [p for i, p in self._participants(r).items() if self._alive(r, i)]
             missing = self._missing_from_previous(r, {p.node_id for p in alive})
+            now = time.monotonic()
             try:
                 plan = assign(alive, self.min_nodes, self.segment)
-            except AssignmentError as exc:  # the round's result, so every node fails alike
-                self._close(r, None, str(exc))
-                continue
-            now = time.monotonic()
+                dup_since = None
+            except AssignmentError as exc:
+                # A killed launcher restarted by the scheduler has its old rank while the
+                # dead incarnation still counts as alive: wait until that one's keep-alive
+                # expires. A duplicate still alive then is real: the error becomes the
+                # round's result, so every node fails alike.
+                dup_since = dup_since if dup_since is not None else now
+                if now - dup_since > self.keep_alive_timeout_s:
+                    self._close(r, None, str(exc))
+                    continue
+                plan = None
             if plan is None:
                 last_call = None
             else:

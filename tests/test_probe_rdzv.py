@@ -135,3 +135,40 @@ def test_a_duplicate_infra_rank_fails_the_round_on_every_node() -> None:
         assert "duplicate infra group rank 1" in str(c.results[1])
     finally:
         c.close()
+
+
+def test_a_restarted_launcher_is_not_a_duplicate_of_its_dead_incarnation() -> None:
+    """A launcher killed mid-rendezvous and restarted by the scheduler keeps its infra
+    rank (same SLURM_PROCID); its dead incarnation still counts as alive until its
+    keep-alive expires. That used to fail the round as a duplicate infra rank. Now the
+    round waits for the stale keep-alive to expire (the dead one never renews it) and
+    closes with the new incarnation."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from launcher.rdzv_store import Keys, dumps
+    from tests.test_rdzv_barrier import Cluster
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True,
+                      timeout=timedelta(seconds=30))  # fmt: skip
+    c = Cluster(server, 2, 2, keep_alive_interval=1, keep_alive_max_attempt=3)
+    try:
+        slot = c.view.add(Keys.count(0), 1) - 1  # the dead incarnation of infra rank 1
+        c.view.set(Keys.participant(0, slot), dumps({"node_id": "old-n1", "addr": "zz",
+                   "pid": 1, "infra_rank": 1, "segment": None, "was_active": False}))  # fmt: skip
+        c.view.set(Keys.heartbeat(0, slot), repr(time.time()))  # fresh, never renewed
+        # the restarted n1 joins first (it sees only its stale twin), then n0: whatever
+        # the interleaving, the duplicate lasts until the stale keep-alive expires
+        n1 = c.handler(infra_rank=1)
+        t1 = c.join(n1)
+        n0 = c.handler(infra_rank=0)
+        t0 = c.join(n0)
+        t1.join(120)
+        t0.join(120)
+        assert not isinstance(c.results[0], Exception), c.results[0]
+        assert not isinstance(c.results[1], Exception), c.results[1]
+        assert (c.results[0].rank, c.results[1].rank) == (1, 0)
+        assert c.results[0].world_size == 2
+    finally:
+        c.close()
