@@ -81,20 +81,36 @@ def _read_fabric() -> list[tuple[int, int, bytes]]:
         pynvml.nvmlShutdown()
 
 
+MAX_SEGMENT_ID = 128  # a ClusterUUID is 36 characters; every node re-reads every id per poll
+
+
+def _checked_segment(value: str, source: str, where: str = "") -> tuple[str, str]:
+    if len(value) > MAX_SEGMENT_ID or not value.isprintable():
+        raise ValueError(
+            f"{where or source}: the segment id must be at most {MAX_SEGMENT_ID} printable "
+            "characters"
+        )
+    return value, source
+
+
 def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
     """(segment id, where it came from); ValueError with a one-line reason otherwise."""
     if env.get(SEGMENT_ENV, "").strip():
-        return env[SEGMENT_ENV].strip(), SEGMENT_ENV
+        return _checked_segment(env[SEGMENT_ENV].strip(), SEGMENT_ENV)
     path = env.get(SEGMENT_FILE_ENV, "").strip()
     if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                value = fh.readline().strip()
+        from launcher.safe_read import read_small_text
+
+        try:  # a regular file only, read without blocking and bounded (a FIFO would hang)
+            text = read_small_text(path, limit=64 * 1024)
         except OSError as exc:
             raise ValueError(f"{SEGMENT_FILE_ENV}={path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{SEGMENT_FILE_ENV}={path}: not UTF-8 text") from None
+        value = text.split("\n", 1)[0].strip()
         if not value:
             raise ValueError(f"{SEGMENT_FILE_ENV}={path}: the file's first line is empty")
-        return value, SEGMENT_FILE_ENV
+        return _checked_segment(value, SEGMENT_FILE_ENV, f"{SEGMENT_FILE_ENV}={path}")
     try:
         fabric = _read_fabric()
     except Exception as exc:  # noqa: BLE001 - no driver, no pynvml, unsupported GPU

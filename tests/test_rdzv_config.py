@@ -130,3 +130,26 @@ def test_segment_id_through_the_real_nvml() -> None:
         assert "RELAUNCH_SEGMENT_ID" in str(exc) and "\n" not in str(exc)
     else:
         assert source == "nvml" and len(value) == 36
+
+
+def test_segment_id_bad_values_are_refused(tmp_path: Path) -> None:
+    """A segment id is re-read by every node on each poll: an oversized or unprintable one
+    is a one-line error; the id file must be a small regular file (a FIFO would hang)."""
+    import os
+
+    with pytest.raises(ValueError, match="at most 128 printable"):
+        rdzv_node.segment_id({"RELAUNCH_SEGMENT_ID": "x" * 129})
+    with pytest.raises(ValueError, match="at most 128 printable"):
+        rdzv_node.segment_id({"RELAUNCH_SEGMENT_ID": "a\x1bb"})
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        rdzv_node.segment_id({"RELAUNCH_SEGMENT_ID_FILE": str(fifo)})
+    big = tmp_path / "big"
+    big.write_text("y" * 200 + "\n")
+    with pytest.raises(ValueError, match="RELAUNCH_SEGMENT_ID_FILE=.*at most 128"):
+        rdzv_node.segment_id({"RELAUNCH_SEGMENT_ID_FILE": str(big)})
+    assert rdzv_node.segment_id({"RELAUNCH_SEGMENT_ID": " rack-7 "}) == (
+        "rack-7",
+        "RELAUNCH_SEGMENT_ID",
+    )
