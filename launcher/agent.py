@@ -785,7 +785,14 @@ class RelaunchAgent(LocalElasticAgent):
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
         st = self._state
         if st is not None:
-            left = f"{self._remaining_restarts} of {self.settings.max_restarts} restarts left after this one"
+            if self.settings.max_nodes > 1:  # elastic counted only this node's failures:
+                # the job-wide count is agreed at the next rendezvous (its cycle start line)
+                left = "restarts left: agreed by the nodes at the next rendezvous"
+            else:
+                left = (
+                    f"{self._remaining_restarts} of {self.settings.max_restarts} restarts left "
+                    "after this one"
+                )
             # the log line does not repeat the failure (already logged as evidence above)
             st.log.event(
                 f"restart: cycle {st.cycle} failed; starting cycle {st.cycle + 1} ({left})"

@@ -183,12 +183,19 @@ def test_two_nodes_share_one_cycle_number_and_restart_budget(tmp_path: Path) -> 
     codes, errs = run_two_nodes(tmp_path, "jw", args, timeout=200)
     assert codes == [1, 1], errs
     starts: dict[int, dict[int, str]] = {0: {}, 1: {}}
+    restart_lines = 0
     for name in cycle_logs(tmp_path, "jw"):
         cycle, node = map(int, re.match(r"cycle_(\d+)\.node(\d)\.log", name).groups())
         text = (tmp_path / "logs" / "jw" / name).read_text()
         m = re.search(r"cycle (\d+) start: .* restarts_left=(\d+/\d+)", text)
         assert m and int(m.group(1)) == cycle, text
         starts[node][cycle] = m.group(2)
+        for line in re.findall(r"\[relaunch\] restart: cycle .*", text):
+            # no per-node count that could differ between the nodes (elastic counts only
+            # the failing node's restarts): the agreed count is the next start line's
+            assert line.endswith("(restarts left: agreed by the nodes at the next rendezvous)")
+            restart_lines += 1
+    assert restart_lines >= 2, errs  # both nodes restarted at least once
     assert starts[0] == starts[1], starts  # same cycles, same budget on both nodes
     assert starts[0] == {0: "2/2", 1: "1/2", 2: "0/2"}, starts
 
