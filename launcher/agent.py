@@ -870,7 +870,15 @@ class RelaunchAgent(LocalElasticAgent):
             self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
             self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
         elif code == EXIT_OK:
-            self.say(f"job {self.settings.job_id} succeeded after {self._cycles_started} cycle(s)")
+            if self.settings.max_nodes > 1:  # a promoted spare ran fewer cycles than its peers
+                self.say(
+                    f"job {self.settings.job_id} succeeded in cycle {self._cycle_no} "
+                    f"(this node ran {self._cycles_started} cycle(s))"
+                )
+            else:
+                self.say(
+                    f"job {self.settings.job_id} succeeded after {self._cycles_started} cycle(s)"
+                )
         elif code == EXIT_FAILED and note is None:
             self.say(
                 f"job {self.settings.job_id} failed: restart budget ({self.settings.max_restarts}) spent"

@@ -57,6 +57,9 @@ def test_standby_replaces_a_failed_active_node(tmp_path: Path) -> None:
     assert "rendezvous round 1: active, group rank 1 of 2 (1 standby)" in out["n2"]
     assert "rendezvous round 1: standby (hot spare), reserved rank 2" in out["n3"]
     assert "standby: the job succeeded without needing this node" in out["n3"]
+    # both active nodes name the same final cycle; the promoted spare ran only that one
+    assert "job rz succeeded in cycle 1 (this node ran 2 cycle(s))" in out["n0"]
+    assert "job rz succeeded in cycle 1 (this node ran 1 cycle(s))" in out["n2"]
     # which launcher ran which rank in which cycle: the workers' own lines
     logs = tmp_path / "logs" / "rz"
     ran = {}
