@@ -66,6 +66,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
 EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
+EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
 EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
 
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
@@ -185,6 +186,8 @@ def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tupl
         return JobState.FAILED, "the node health check found this node unhealthy"
     if code == EXIT_NO_PROGRESS:
         return JobState.STOPPED, "no progress (see the progress guard line)"
+    if code == EXIT_RENDEZVOUS:
+        return JobState.FAILED, "the rendezvous failed on this node (see the launcher's line)"
     if code > 128:
         try:
             name = signal.Signals(code - 128).name
@@ -841,6 +844,7 @@ class RelaunchAgent(LocalElasticAgent):
                 note = "standby: the job succeeded without needing this node"
             self.say(note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
+            code = EXIT_RENDEZVOUS
             note = f"rendezvous failed on this node: {exc}"
             self.say(note)
         finally:
@@ -1048,6 +1052,7 @@ def launch(
         code = 128 + int(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
     except RendezvousError as exc:  # building the rendezvous: the store is unreachable
+        code = EXIT_RENDEZVOUS
         print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
     finally:
         if agent is not None:

@@ -41,7 +41,7 @@ def test_rdzv_conf_values_that_would_break_the_rendezvous(
 
 def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     """A node that is not the store host and finds no store (nobody listens on the
-    endpoint): one line naming the endpoint, exit 1, no worker started."""
+    endpoint): one line naming the endpoint, exit 6, no worker started."""
     port = free_port()
     r = subprocess.run(
         [
@@ -53,7 +53,7 @@ def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
         cwd=tmp_path, env=relaunch_env(tmp_path), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     out = r.stdout + r.stderr
-    assert r.returncode == 1, out
+    assert r.returncode == 6, out  # EXIT_RENDEZVOUS, not 1 (budget spent)
     assert "Traceback" not in out, out
     assert f"relaunch: error: cannot reach the rendezvous store at 127.0.0.1:{port}" in out, out
     assert "no worker was started" in out, out
@@ -61,7 +61,7 @@ def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
 
 def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
     """The store host (n0, active) is SIGKILLed with its worker while n1 is active and n2
-    waits as a hot spare: both end (no hang), exit 1, with one line saying the store was
+    waits as a hot spare: both end (no hang), exit 6 (the rendezvous failed), with one line saying the store was
     lost instead of a C++/Python traceback."""
     port = free_port()
     env = {"HOLD_NODE": "n0", "PID_DIR": str(tmp_path)}
@@ -87,7 +87,7 @@ def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
     finally:
         stop_all(nodes)
     out = {n.name: n.text() for n in nodes}
-    assert codes == [1, 1], out
+    assert codes == [6, 6], out  # EXIT_RENDEZVOUS, not 1 (budget spent)
     assert "rendezvous round 0: standby (hot spare), reserved rank 2" in out["n2"]
     for name in ("n1", "n2"):
         launcher_lines = [ln for ln in out[name].splitlines() if not ln.startswith("[rank")]
