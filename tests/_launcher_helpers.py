@@ -105,3 +105,19 @@ def run_two_nodes(
                 p.kill()
                 p.communicate()
     return [p.returncode for p in procs], errs
+
+
+FACT_PREFIX = "[relaunch] fact: "
+
+
+def facts_of(text: str, kind: str) -> list[dict]:
+    """The launcher facts of one kind in a cycle log's text, in order."""
+    import json
+
+    out = []
+    for line in text.splitlines():
+        if line.startswith(FACT_PREFIX):
+            body = json.loads(line[len(FACT_PREFIX) :])
+            if body["fact"] == kind:
+                out.append(body)
+    return out

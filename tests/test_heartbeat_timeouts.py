@@ -10,19 +10,9 @@ import json
 import re
 from pathlib import Path
 
-from tests._launcher_helpers import REPO, cycle_logs, job_args, read_log, run_relaunch
+from tests._launcher_helpers import REPO, cycle_logs, facts_of, job_args, read_log, run_relaunch
 
 WORKER = REPO / "tests" / "workers" / "progress_job.py"
-
-
-def _facts(text: str, kind: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("[relaunch] fact: "):
-            body = json.loads(line[len("[relaunch] fact: ") :])
-            if body["fact"] == kind:
-                out.append(body)
-    return out
 
 
 def _args(tmp_path: Path, job: str, mode: str, *extra: str) -> list[str]:
@@ -69,7 +59,7 @@ def test_out_of_section_hang_is_detected(tmp_path: Path) -> None:
         log0,
     )
     assert m, log0[-2000:]
-    hang = _facts(log0, "hang")
+    hang = facts_of(log0, "hang")
     assert len(hang) == 1 and hang[0]["rank"] == 0 and hang[0]["section"] is None
     assert hang[0]["silent_s"] >= 5.0  # declared only past the timeout (no upper bound: load)
     assert "[rank0]: now blocking outside any section" in log0
@@ -101,9 +91,9 @@ def test_calculated_timeouts_are_logged_applied_and_reused(tmp_path: Path) -> No
     heartbeat = float(m.group(1))
     assert heartbeat >= 4 * 0.3  # at least 4 x the worker's own 0.3 s pauses
     log0, log1 = read_log(tmp_path, "calc", 0), read_log(tmp_path, "calc", 1)
-    (t0,) = _facts(log0, "timeouts")
+    (t0,) = facts_of(log0, "timeouts")
     assert (t0["heartbeat"], t0["initial"], t0["calculated"]) == (3600.0, 3600.0, [])
-    (t1,) = _facts(log1, "timeouts")
+    (t1,) = facts_of(log1, "timeouts")
     assert t1["heartbeat"] == heartbeat and t1["safety_factor"] == 4.0
     assert set(t1["calculated"]) == {"heartbeat", "initial", "out_of_section", "section:step"}
     hang = re.search(
@@ -113,7 +103,7 @@ def test_calculated_timeouts_are_logged_applied_and_reused(tmp_path: Path) -> No
     )
     assert hang, log1[-2000:]
     assert float(hang.group(2)) in (t1["heartbeat"], t1["initial"])
-    (fact,) = _facts(log1, "hang")
+    (fact,) = facts_of(log1, "hang")
     assert fact["silent_s"] >= float(hang.group(2))  # declared only past the timeout
     state = json.loads((tmp_path / "logs" / "calc" / "calculated_timeouts.json").read_text())
     assert state["calculated"]["heartbeat"] == heartbeat
@@ -125,7 +115,7 @@ def test_calculated_timeouts_are_logged_applied_and_reused(tmp_path: Path) -> No
     )
     assert cycle_logs(tmp_path, "calc")[-1] == "cycle_3.log"
     log2 = read_log(tmp_path, "calc", 2)  # the re-run's first cycle: stored values at once
-    (t2,) = _facts(log2, "timeouts")
+    (t2,) = facts_of(log2, "timeouts")
     assert t2["heartbeat"] == heartbeat and "heartbeat" in t2["calculated"]
     assert re.search(r"hang detected: rank 0 sent no heartbeat .*calculated\)", log2), log2
 
@@ -150,5 +140,5 @@ def test_calculation_off_keeps_explicit_values(tmp_path: Path) -> None:
     )
     assert r.returncode == 1, r.stderr
     assert "timeouts calculated" not in r.stderr
-    assert not _facts(read_log(tmp_path, "plain", 0), "timeouts")
+    assert not facts_of(read_log(tmp_path, "plain", 0), "timeouts")
     assert not (tmp_path / "logs" / "plain" / "calculated_timeouts.json").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from tests._launcher_helpers import (
     REPO,
     cycle_logs,
     engine_available,
+    facts_of,
     job_args,
     read_log,
     run_relaunch,
@@ -19,16 +19,6 @@ from tests._launcher_helpers import (
 )
 
 WORKER = REPO / "tests" / "workers" / "progress_job.py"
-
-
-def _facts(text: str, kind: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("[relaunch] fact: "):
-            body = json.loads(line[len("[relaunch] fact: ") :])
-            if body["fact"] == kind:
-                out.append(body)
-    return out
 
 
 def _args(tmp_path: Path, job: str, mode: str, *extra: str) -> list[str]:
@@ -63,7 +53,7 @@ def test_no_progress_ends_the_job_after_n_restarts(tmp_path: Path) -> None:
     assert "progress guard: cycle 1 made no progress" in r.stderr
     log2 = read_log(tmp_path, "stuck", 2)
     assert "[relaunch] job ended (exit code 5): no progress: 2 consecutive restarts" in log2
-    guard = _facts(read_log(tmp_path, "stuck", 1), "progress_guard")
+    guard = facts_of(read_log(tmp_path, "stuck", 1), "progress_guard")
     assert guard == [
         {
             "fact": "progress_guard",
@@ -76,7 +66,7 @@ def test_no_progress_ends_the_job_after_n_restarts(tmp_path: Path) -> None:
         }
     ]
     # each judgement is written where the next cycle starts; the last one after cycle 2 ends
-    last = _facts(log2, "progress_guard")
+    last = facts_of(log2, "progress_guard")
     assert [(f["cycle"], f["progressed"], f["count"]) for f in last] == [
         (1, False, 1),
         (2, False, 2),
@@ -220,7 +210,7 @@ def test_two_nodes_end_together_when_only_rank_0_reports(tmp_path: Path) -> None
         text = (tmp_path / "logs" / "pg2" / name).read_text()
         judged.setdefault(node, []).extend(
             (f["cycle"], f["progressed"], f["best"], f["count"])
-            for f in _facts(text, "progress_guard")
+            for f in facts_of(text, "progress_guard")
         )
     assert judged["node0"] == judged["node1"], judged
     assert judged["node0"] == [(0, True, 5, 0), (1, False, 5, 1), (2, False, 5, 2)], judged
