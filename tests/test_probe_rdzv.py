@@ -61,8 +61,8 @@ def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
 
 def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
     """The store host (n0, active) is SIGKILLed with its worker while n1 is active and n2
-    waits as a hot spare: both end (no hang), exit 6 (the rendezvous failed), with one line saying the store was
-    lost instead of a C++/Python traceback."""
+    waits as a hot spare: both end (no hang), exit 6 (the rendezvous failed), with one
+    line saying the store was lost instead of a C++/Python traceback."""
     port = free_port()
     env = {"HOLD_NODE": "n0", "PID_DIR": str(tmp_path)}
     fast = ("--rdzv-conf", "last_call_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3")
