@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from attribution.core.engine import VerdictEvent
 from relaunch_cli import slack_options
+from restart_agent.model import Verdict
 from tests._slack_server import SlackServer
 from tests.test_slack import TOKEN, notifier
 
@@ -42,26 +44,55 @@ def restart(**extra: Any) -> dict[str, Any]:
         "decision": "RESTART",
         "rule": "restart.cascade_only",
         "basis": "b",
-        "primary": {"failure_class": "nccl_watchdog_timeout", "rank": 5},
+        "primary": {
+            "line": 7,
+            "rank": 5,
+            "pattern_id": "nccl.watchdog_timeout",
+            "failure_class": "nccl_watchdog_timeout",
+            "domain": "infrastructure",
+            "role": "cascade",
+            "recoverability": "restart",
+            "text": "[Rank 5] Watchdog caught collective operation timeout",
+            "fingerprint": "f00d",
+        },
+        "cascades": [],
+        "progress": {"known": False, "last_iteration": None},
+        "history": {},
+        "budgets": {},
         **extra,
     }
+
+
+def event(job_id: str, cycle: int, verdict: dict[str, Any]) -> VerdictEvent:
+    """What the engine hands the listener: the typed `Verdict` of this JSON."""
+    return VerdictEvent(
+        job_id=job_id,
+        cycle=cycle,
+        log_path="/l/c.log",
+        verdict=Verdict.from_dict(verdict),
+        log_identity={},
+    )
 
 
 def test_straggler_alert_is_off_by_default() -> None:
     with SlackServer(TOKEN) as server:
         n = notifier(server)
-        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})
+        n(event("j", 1, restart(stragglers=STRAGGLERS)))
+        # the listener does work: a STOP after it is posted, and it is the only message
+        n(event("j", 2, {**restart(), "decision": "STOP"}))
         assert n.flush(10)
         n.close()
-        assert server.requests == []
+        [msg] = server.wait_for(1)
+        assert len(server.requests) == 1
+    assert msg["text"].startswith("relaunch STOP")
 
 
 def test_straggler_alert_names_the_slow_rank_once_when_it_stayed_slow_for_n_reports() -> None:
     with SlackServer(TOKEN) as server:
         n = notifier(server, straggler_reports=3, dashboard_url="http://dash:8000")
-        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})
-        n({"job_id": "j", "cycle": 1, "verdict": restart(stragglers=STRAGGLERS)})  # dedup
-        n({"job_id": "j", "cycle": 2, "verdict": restart()})  # no scores: nothing
+        n(event("j", 1, restart(stragglers=STRAGGLERS)))
+        n(event("j", 1, restart(stragglers=STRAGGLERS)))  # dedup
+        n(event("j", 2, restart()))  # no scores: nothing
         assert n.flush(10)
         n.close()
         [msg] = server.wait_for(1)
@@ -76,13 +107,7 @@ def test_straggler_alert_names_the_slow_rank_once_when_it_stayed_slow_for_n_repo
 def test_a_rank_slow_for_fewer_reports_is_not_alerted_and_stop_still_is() -> None:
     with SlackServer(TOKEN) as server:
         n = notifier(server, straggler_reports=4)
-        n(
-            {
-                "job_id": "j",
-                "cycle": 1,
-                "verdict": {**restart(stragglers=STRAGGLERS), "decision": "STOP"},
-            }
-        )
+        n(event("j", 1, {**restart(stragglers=STRAGGLERS), "decision": "STOP"}))
         assert n.flush(10)
         n.close()
         [msg] = server.wait_for(1)
