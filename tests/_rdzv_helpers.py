@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,3 +90,42 @@ def stop_all(nodes: list[Node]) -> None:
         if n.proc.poll() is None:
             n.proc.kill()
             n.proc.wait(timeout=30)
+
+
+def start_nodes(
+    nodes: list[Node],
+    tmp_path: Path,
+    port: int,
+    nnodes: str,
+    count: int,
+    *,
+    env: Callable[[int], dict[str, str]] | dict[str, str] | None = None,
+    extra: Callable[[int], tuple[str, ...]] | tuple[str, ...] = (),
+) -> None:
+    """Start nodes n0..n{count-1} with infra group ranks 0..count-1: n0 first (it hosts the
+    store), the others once it listens. Each is appended to `nodes` as it starts, so the
+    caller's `stop_all(nodes)` in a `finally` sees every launcher even if a start fails.
+    `env` / `extra` are the same for every node or a function of the node's index."""
+    for i in range(count):
+        node = start_node(
+            tmp_path,
+            f"n{i}",
+            port,
+            nnodes,
+            group_rank=i,
+            env=env(i) if callable(env) else env,
+            extra=extra(i) if callable(extra) else extra,
+        )
+        nodes.append(node)
+        if i == 0:
+            wait_listening(port, node.proc)
+
+
+def wait_worker_pid(nodes: list[Node], pid_file: Path, limit_s: float = 240) -> int:
+    """The pid a node's worker wrote to `pid_file` once it is up (the test fails with every
+    console when it never comes)."""
+    deadline = time.monotonic() + limit_s
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.exists(), {n.name: n.text() for n in nodes}
+    return int(pid_file.read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests._launcher_helpers import relaunch_env
-from tests._rdzv_helpers import RDZV_WORKER, free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import RDZV_WORKER, free_port, start_nodes, stop_all, wait_worker_pid
 from tests.test_rdzv_config import MULTI, _usage_error
 
 pytestmark = pytest.mark.timeout(400)
@@ -68,21 +68,11 @@ def test_every_node_ends_when_the_store_host_dies(tmp_path: Path) -> None:
     fast = ("--rdzv-conf", "last_call_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3")
     nodes = []
     try:
-        n0 = start_node(tmp_path, "n0", port, "2:3", group_rank=0, env=env, extra=fast)
-        nodes.append(n0)
-        wait_listening(port, n0.proc)
-        for i in (1, 2):
-            nodes.append(
-                start_node(tmp_path, f"n{i}", port, "2:3", group_rank=i, env=env, extra=fast)
-            )
-        pid_file = tmp_path / "n0.pid"
-        deadline = time.monotonic() + 240
-        while not pid_file.exists() and time.monotonic() < deadline:  # n0's worker is up
-            time.sleep(0.1)
-        assert pid_file.exists(), {n.name: n.text() for n in nodes}
+        start_nodes(nodes, tmp_path, port, "2:3", 3, env=env, extra=fast)
+        worker = wait_worker_pid(nodes, tmp_path / "n0.pid")  # n0's worker is up
         # n2 is a standby by then (round 0 closed before n0's worker started)
-        os.kill(n0.proc.pid, signal.SIGKILL)
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        os.kill(nodes[0].proc.pid, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
         codes = [n.wait(timeout=300) for n in nodes[1:]]
     finally:
         stop_all(nodes)

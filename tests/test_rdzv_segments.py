@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import free_port, start_nodes, stop_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -28,19 +28,11 @@ def test_a_segment_with_a_failed_node_is_replaced_whole(tmp_path: Path) -> None:
 
     try:
         with start_health_service("fail_after_first") as endpoint:
-            n0 = start_node(tmp_path, "n0", port, "2:4", group_rank=0, env=env(0), extra=seg)
-            nodes.append(n0)
-            wait_listening(port, n0.proc)
-            nodes.append(
-                start_node(
-                    tmp_path, "n1", port, "2:4", group_rank=1, env=env(1),
-                    extra=(*seg, "--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0"),
-                )
+            health = ("--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0")  # fmt: skip
+            start_nodes(
+                nodes, tmp_path, port, "2:4", 4, env=env,
+                extra=lambda i: (*seg, *health) if i == 1 else seg,
             )  # fmt: skip
-            for i in (2, 3):
-                nodes.append(
-                    start_node(tmp_path, f"n{i}", port, "2:4", group_rank=i, env=env(i), extra=seg)
-                )
             codes = [n.wait() for n in nodes]
     finally:
         stop_all(nodes)

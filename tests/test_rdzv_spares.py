@@ -11,12 +11,11 @@ listening before the others."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import free_port, start_nodes, stop_all, wait_worker_pid
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -29,17 +28,12 @@ def test_standby_replaces_a_failed_active_node(tmp_path: Path) -> None:
     fail = {"FAIL_NODE": "n1"}
     try:
         with start_health_service("fail_after_first") as endpoint:
-            n0 = start_node(tmp_path, "n0", port, "2:4", group_rank=0, env=fail)
-            nodes.append(n0)
-            wait_listening(port, n0.proc)  # n0 hosts the store; n1 is not the host
-            nodes.append(
-                start_node(
-                    tmp_path, "n1", port, "2:4", group_rank=1, env=fail,
-                    extra=("--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0"),
-                )
+            health = ("--ft-node-health-check-endpoint", endpoint, "--ft-node-health-check-interval", "0")  # fmt: skip
+            # n0 hosts the store; n1 (not the host) checks its health
+            start_nodes(
+                nodes, tmp_path, port, "2:4", 4, env=fail,
+                extra=lambda i: health if i == 1 else (),
             )  # fmt: skip
-            for i in (2, 3):
-                nodes.append(start_node(tmp_path, f"n{i}", port, "2:4", group_rank=i, env=fail))
             codes = [n.wait() for n in nodes]
     finally:
         stop_all(nodes)
@@ -82,20 +76,10 @@ def test_standby_replaces_a_killed_launcher(tmp_path: Path) -> None:
     fast = ("--rdzv-conf", "last_call_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3")
     nodes = []
     try:
-        n0 = start_node(tmp_path, "n0", port, "2:3", group_rank=0, env=env, extra=fast)
-        nodes.append(n0)
-        wait_listening(port, n0.proc)
-        for i in (1, 2):
-            nodes.append(
-                start_node(tmp_path, f"n{i}", port, "2:3", group_rank=i, env=env, extra=fast)
-            )
-        pid_file = tmp_path / "n1.pid"
-        deadline = time.monotonic() + 240
-        while not pid_file.exists() and time.monotonic() < deadline:  # n1's worker is up
-            time.sleep(0.1)
-        assert pid_file.exists(), {n.name: n.text() for n in nodes}
+        start_nodes(nodes, tmp_path, port, "2:3", 3, env=env, extra=fast)
+        worker = wait_worker_pid(nodes, tmp_path / "n1.pid")  # n1's worker is up
         os.kill(nodes[1].proc.pid, signal.SIGKILL)
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
         codes = [nodes[0].wait(), nodes[1].wait(), nodes[2].wait()]
     finally:
         stop_all(nodes)
@@ -124,11 +108,7 @@ def test_a_returning_active_node_keeps_its_place_over_the_standbys(tmp_path: Pat
     env = {"FAIL_NODE": "n1"}
     nodes = []
     try:
-        n0 = start_node(tmp_path, "n0", port, "2:4", group_rank=0, env=env)
-        nodes.append(n0)
-        wait_listening(port, n0.proc)
-        for i in (1, 2, 3):
-            nodes.append(start_node(tmp_path, f"n{i}", port, "2:4", group_rank=i, env=env))
+        start_nodes(nodes, tmp_path, port, "2:4", 4, env=env)
         codes = [n.wait() for n in nodes]
     finally:
         stop_all(nodes)
