@@ -71,7 +71,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="Launch and supervise a fault-tolerant torch.distributed training job.",
         epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error, "
-        "3 stopped by a STOP verdict, 4 node unhealthy. See docs/launcher.md.",
+        "3 stopped by a STOP verdict, 4 node unhealthy, 5 no progress (progress guard), "
+        "6 this node's rendezvous failed, 128+N signal N. See docs/launcher.md.",
     )
     parser.add_argument(
         "--ft-cfg-path",

@@ -753,3 +753,21 @@ def test_nproc_per_node_words_like_torchrun() -> None:
     if gpus == 0:
         with pytest.raises(SystemExit):
             parser.parse_args(["--nproc-per-node", "gpu"])
+
+
+def test_run_help_names_every_exit_code_of_the_launcher() -> None:
+    """`relaunch run --help` lists each exit code `launcher.agent` can end with (a new one
+    must reach the help text, not only docs/launcher.md)."""
+    import contextlib
+    import io
+
+    from launcher import agent
+    from relaunch_cli.run_cmd import build_parser
+
+    codes = {v for k, v in vars(agent).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        build_parser("relaunch run").parse_args(["--help"])
+    epilog = out.getvalue().split("Exit codes:", 1)[1]
+    for code in sorted(codes):
+        assert f" {code} " in epilog, (code, epilog)
