@@ -313,6 +313,7 @@ class ProgressTracker:
         anchors = {a for k in kinds for a, _ in k.groups}
         covers = tuple(sorted(c for c in anchors if any(c in a and c != a for a in anchors)))
         self._covers = {c: _around(c, anchors) for c in covers}
+        self.anchors = tuple(sorted(anchors))  # every literal a dialect's search starts from
         for k in kinds:
             k.use_covers(covers)
         self.ran_past_startup = False  # an `activity` dialect matched (e.g. a high SeqNum)
@@ -323,12 +324,19 @@ class ProgressTracker:
         self.last_ckpt: tuple[int, _Hit] | None = None
 
     def region(
-        self, region: bytes, base_line: int, line_at: LineAt, newlines: int | None = None
+        self,
+        region: bytes,
+        base_line: int,
+        line_at: LineAt,
+        newlines: int | None = None,
+        present: set[bytes] | None = None,
     ) -> None:
         """Look at one region (starts with the newline before its first line).
 
         `newlines`: `region.count(b"\\n")` if the caller knows it; line numbers of hits
-        (usually near the end) are then counted from the end.
+        (usually near the end) are then counted from the end. `present`: the `anchors`
+        the region holds, if the caller knows (`restart_agent.multiscan`): the others are
+        not searched for.
         """
         total = region.count(b"\n") if newlines is None else newlines
 
@@ -336,6 +344,10 @@ class ProgressTracker:
             return base_line + total - region.count(b"\n", start)
 
         seen = _Seen(region, self._covers)
+        if present is not None:
+            for a in self.anchors:
+                if a not in present:
+                    seen.mark(a, 0)
         hit = self._it.last(region, line_at, seen)
         if hit is not None:
             self.last = (line_no(hit.start), hit)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from restart_agent.multiscan import NativeSearch, native_search
 from restart_agent.prefixes import MAX_RANK_DIGITS, RANK_FORMATS
 
 
@@ -24,9 +25,12 @@ def bounded_ranks(found: list[bytes]) -> set[int]:
     return {int(d) for d in set(found) if len(d) <= MAX_RANK_DIGITS}
 
 
-def at_least(n: int) -> str:
-    """Regex for decimal numbers >= n (plus any zero-padded number, to be re-checked)."""
-    alts = [r"0\d"]  # zero-padded: let findall decide
+def at_least(n: int, lookaround: bool = True) -> str:
+    """Regex for decimal numbers >= n (plus any zero-padded number, to be re-checked).
+
+    `lookaround=False`: the same without lookarounds (Hyperscan's syntax), for a number
+    followed by a non-digit anyway (every format's tail starts with one)."""
+    alts = [r"0\d+"]  # zero-padded: let findall decide
     s = str(n)
     length = len(s)
     alts.append(rf"[1-9]\d{{{length},}}")  # more digits
@@ -43,6 +47,8 @@ def at_least(n: int) -> str:
             rest = length - i - 1
             alts.append(re.escape(s[:i]) + cls + (rf"\d{{{rest}}}" if rest else ""))
     alts.append(re.escape(s))
+    if not lookaround:
+        return "(?:" + "|".join(alts) + ")"
     # every alternative but the zero-padded one has at least len(s) digits: a lookahead
     # for them first makes the usual line (a smaller, shorter rank) fail in a step or two
     return "(?:" + alts[0] + rf"|(?=\d{{{length}}})(?:" + "|".join(alts[1:]) + r"))(?!\d)"
@@ -54,20 +60,28 @@ class RankCollector:
     def __init__(self) -> None:
         self.ranks: set[int] = set()
         self._seen: list[set[int]] = [set() for _ in RANK_FORMATS]
+        self._native: NativeSearch | None = None
         self._detector: re.Pattern[bytes] | None = self._build()
 
     def _build(self) -> re.Pattern[bytes] | None:
-        """One regex for 'a prefix this collector has not seen', over all formats."""
-        alts = []
+        """One regex for 'a prefix this collector has not seen', over all formats (and the
+        same for a native search, `restart_agent.multiscan`, where there is one)."""
+        alts, plain = [], []
         for (head, tail, _), seen in zip(RANK_FORMATS, self._seen, strict=True):
             n = len(seen)
             if seen and max(seen) != n - 1:
+                self._native = None
                 return None  # not exactly 0..n-1: fall back to findall everywhere
             alts.append(head[2:] + at_least(n).encode() + tail)  # head starts with \\n
+            plain.append(head[2:] + at_least(n, lookaround=False).encode() + tail)
+        self._native = native_search(rb"\n(?:" + b"|".join(plain) + b")")
         return re.compile(rb"\n(?:" + b"|".join(alts) + b")")
 
     def region(self, region: bytes) -> None:
-        if self._detector is not None and self._detector.search(region) is None:
+        if self._native is not None:
+            if not self._native(region):
+                return
+        elif self._detector is not None and self._detector.search(region) is None:
             return
         changed = False
         for (_, _, full), seen in zip(RANK_FORMATS, self._seen, strict=True):
@@ -78,4 +92,5 @@ class RankCollector:
                 changed = changed or len(seen) != before
         if changed or self._detector is None:
             self.ranks = set().union(*self._seen)
+        if changed:
             self._detector = self._build()

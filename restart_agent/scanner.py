@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from typing import Literal
 
 from restart_agent.blocks import Blocks, frames_refused
@@ -37,6 +36,7 @@ from restart_agent.frames import Span
 from restart_agent.linegate import LineGate
 from restart_agent.lines import MAX_HEAD, READS, LineInterpreter
 from restart_agent.model import CycleEvidence, Evidence
+from restart_agent.multiscan import literal_scan, native_available
 from restart_agent.progress import ProgressTracker
 from restart_agent.ranks import RankCollector
 from restart_agent.registry import Registry, default_registry
@@ -51,22 +51,6 @@ _FRAME_STR = CONTEXT_TRIGGERS[0]
 _FRAME = _FRAME_STR.encode()
 _FRAME_RX = re.compile(re.escape(_FRAME))
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")  # the line gate's digit mask
-
-
-def compile_prefilter(triggers: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...]:
-    """One regex per distinct first byte of the triggers: `b(?:rest1|rest2|...)`.
-
-    A regex that starts with a literal byte is searched by the regex engine's fast literal
-    scan (several times faster than a first-character set), so a handful of such passes
-    beat one big alternation. `m.group()` names the trigger found.
-    """
-    groups: dict[bytes, list[bytes]] = {}
-    for t in sorted(set(triggers)):
-        raw = t.encode()
-        groups.setdefault(raw[:1], []).append(re.escape(raw))
-    for alternatives in groups.values():
-        alternatives.sort(key=len, reverse=True)
-    return tuple(re.compile(b"|".join(v)) for _, v in sorted(groups.items()))
 
 
 def _cut(raw: bytes) -> bytes:
@@ -89,32 +73,22 @@ class LogScanner:
 
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or default_registry()
-        triggers = self.registry.prefilter + CONTEXT_TRIGGERS
-        # a trigger alone with its first byte is found with a chain of backward `rfind`s
-        # (about twice the speed of the regex engine's literal scan), the rest by one regex
-        # per first byte
-        by_first: dict[bytes, set[bytes]] = {}
-        for t in triggers:
-            by_first.setdefault(t.encode()[:1], set()).add(t.encode())
-        self._literals = tuple(
-            sorted(next(iter(v)) for v in by_first.values() if len(v) == 1 and _FRAME not in v)
-        )
-        self._passes = compile_prefilter(
-            tuple(t for t in triggers if t.encode() not in self._literals)
-        )
-        # the candidate passes: those of `_passes`, but the one holding `File "` (frames are
-        # found between candidates) is replaced, after a region's first frame, by the same
-        # pass without it (no `File "` can overlap another trigger of its first byte)
-        self._frame_pass = next(rx for rx in self._passes if rx.search(_FRAME))
-        rest = [t for t in self.registry.prefilter if t.encode()[:1] == _FRAME[:1]]
-        self._after_frame = compile_prefilter(tuple(rest))[0] if rest else None
+        # every occurrence of a trigger, and whether a region holds a frame line (frames are
+        # found between candidates) or a progress anchor (an absent one is not searched for)
+        self._every = tuple(sorted({t.encode() for t in self.registry.prefilter}))
+        self._every_len = tuple(len(t) for t in self._every)
+        self._progress = ProgressTracker(self.registry.dialects)
+        once = (_FRAME,)
+        if native_available():  # one pass finds them all: anchors cost nothing extra
+            once += self._progress.anchors
+        self._scan = literal_scan(self._every, once)
+        self._anchors = once[1:]
         self._hint_sets: dict[bytes | frozenset[bytes], frozenset[str]] = {
-            t.encode(): frozenset([t]) for t in self.registry.prefilter
+            t: frozenset([t.decode()]) for t in self._every
         }
         self._interp = LineInterpreter(self.registry)
         self._gate = LineGate(self.registry, READS)
         self._blocks = Blocks(self._interp, self._gate, self._hints_of)
-        self._progress = ProgressTracker(self.registry.dialects)
         self._parts: list[bytes] = []  # pieces of the pending partial line
         self._plen = 0
         self._head: bytes | None = None  # first HEAD bytes of a pending over-long line
@@ -123,6 +97,7 @@ class LogScanner:
         self._ranks = RankCollector()
         self._finished: CycleEvidence | None = None
         self._frames_seen = False  # _candidates(): the region holds a frame line
+        self._present: set[bytes] | None = None  # _candidates(): the progress anchors it holds
 
     # ------------------------------------------------------------------ streaming
     def feed(self, chunk: bytes) -> None:
@@ -214,7 +189,7 @@ class LogScanner:
         else:
             pos, count = 0, 0  # newlines before `pos`
         newlines = count + region.count(b"\n", pos)
-        self._progress.region(region, base, _line_at, newlines)
+        self._progress.region(region, base, _line_at, newlines, self._present)
         self._lines = base + newlines - 1
 
     def _walk(
@@ -332,56 +307,33 @@ class LogScanner:
 
     def _candidates(self, region: bytes) -> tuple[dict[int, bytes | frozenset[bytes]], bool]:
         """(line start -> the trigger found in that line, a frozenset when several are;
-        whether the region holds a traceback frame line). Frame lines are found between
-        candidates, by `_walk`; the pass that finds `File "` stops looking for it at the
-        first one (dense output holds hundreds of thousands)."""
+        whether the region holds a traceback frame line), from one `multiscan` pass, which
+        also tells which progress anchors the region holds (`_present`). Frame lines are
+        found between candidates, by `_walk`."""
+        hits, present = self._scan.scan(region)
+        self._frames_seen = 0 in present
+        if self._anchors:
+            anchors = self._anchors
+            self._present = {anchors[i - 1] for i in present if i}
         starts: dict[int, bytes | frozenset[bytes]] = {}
         rfind = region.rfind
         get = starts.get
-        for rx in self._passes:
-            matches = (
-                self._frame_pass_matches(region) if rx is self._frame_pass else rx.finditer(region)
-            )
-            for m in matches:
-                s = rfind(b"\n", 0, m.start()) + 1
-                g = m.group()
-                got = get(s)
-                if got is None:
-                    starts[s] = g
-                elif got != g:
-                    starts[s] = got | {g} if isinstance(got, frozenset) else frozenset((got, g))
-        for lit in self._literals:
-            end = len(region)
-            while True:
-                p = rfind(lit, 0, end)
-                if p < 0:
-                    break
-                end = rfind(b"\n", 0, p) + 1  # the line start (no trigger holds a newline)
-                got = get(end)
-                if got is None:
-                    starts[end] = lit
-                elif got != lit:
-                    starts[end] = (
-                        got | {lit} if isinstance(got, frozenset) else frozenset((got, lit))
-                    )
+        every, lens = self._every, self._every_len
+        for end, i in hits:
+            s = rfind(b"\n", 0, end - lens[i]) + 1
+            t = every[i]
+            got = get(s)
+            if got is None:
+                starts[s] = t
+            elif got != t:
+                starts[s] = got | {t} if isinstance(got, frozenset) else frozenset((got, t))
         return starts, self._frames_seen
-
-    def _frame_pass_matches(self, region: bytes) -> Iterator[re.Match[bytes]]:
-        """The matches of the pass holding `File "`, but `File "` itself; sets
-        `_frames_seen` to whether there was one."""
-        self._frames_seen = False
-        for m in self._frame_pass.finditer(region):
-            if m.group() == _FRAME:
-                self._frames_seen = True
-                if self._after_frame is not None:
-                    yield from self._after_frame.finditer(region, m.end())
-                return
-            yield m
 
     def _hints(self, raw: bytes) -> set[str] | Literal[False]:
         """Like `_candidates` for one (cut) line: the triggers in it, or False."""
-        found = {m.group().decode() for rx in self._passes for m in rx.finditer(raw)}
-        found.update(lit.decode() for lit in self._literals if lit in raw)
+        found = {t.decode() for t in self._every if t in raw}
+        if _FRAME in raw:
+            found.add(_FRAME_STR)
         return found or False
 
     # ------------------------------------------------------------------ result

@@ -31,6 +31,15 @@ def scan_text(text: str | bytes, **kw: object) -> CycleEvidence:
     return s.finish()
 
 
+def native_installed() -> bool:
+    """Whether the `hyperscan` package (restart_agent.multiscan's native backend) imports."""
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def scan_chunked(data: bytes, sizes: list[int]) -> CycleEvidence:
     s = LogScanner()
     i = 0

@@ -30,7 +30,7 @@ from restart_agent.prefixes import MAX_RANK_DIGITS
 from restart_agent.ranks import RankCollector, bounded_ranks
 from restart_agent.registry import END, default_registry, regex_needles
 from restart_agent.rowcache import RowSelector
-from tests._agent_helpers import LOGS, ROOT, make_logs, scan_chunked
+from tests._agent_helpers import LOGS, ROOT, make_logs, native_installed, scan_chunked
 
 
 def _shapes():  # noqa: ANN202 - bench/log_shapes.py loaded from its path
@@ -160,13 +160,33 @@ def _corpus(tmp_path: Path) -> dict[str, bytes]:
     return out
 
 
-def test_fast_scan_equals_the_slow_reference(tmp_path: Path) -> None:
+BACKENDS = [
+    pytest.param(
+        "1",
+        id="native",
+        marks=pytest.mark.skipif(
+            not native_installed(), reason="hyperscan is not installed (no wheel for this platform)"
+        ),
+    ),
+    pytest.param("0", id="stdlib"),
+]
+
+
+@pytest.mark.parametrize("native", BACKENDS)
+def test_fast_scan_equals_the_slow_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """With either literal-search backend (restart_agent.multiscan); the reference always
+    uses the stdlib one."""
     for name, data in _corpus(tmp_path).items():
         path = tmp_path / f"{name}.scan"
         path.write_bytes(data)
+        monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", native)
         fast = ra.scan_file(path)
+        chunked = scan_chunked(data, [65_536, 7, 1_000_003])
+        monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "0")
         assert fast == reference(data), name
-        assert scan_chunked(data, [65_536, 7, 1_000_003]) == fast, name
+        assert chunked == fast, name
 
 
 def test_reference_really_differs_from_a_broken_gate(tmp_path: Path) -> None:

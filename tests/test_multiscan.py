@@ -1,0 +1,130 @@
+"""restart_agent.multiscan: both literal-search backends give the same occurrences.
+
+The native backend (Hyperscan) and the stdlib one (`re` passes per first byte, `rfind`
+chains) must report the same (end offset, literal) pairs and the same `once` literals on
+any text whose occurrences do not overlap; where two occurrences overlap the native one
+reports both (the stdlib passes, like `grep -o`, the leftmost). The rank detector's native
+search finds what its regex finds.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from restart_agent.multiscan import NativeScan, StdlibScan, literal_scan, native_search
+from restart_agent.ranks import RankCollector
+from restart_agent.registry import default_registry
+from tests._agent_helpers import native_installed
+
+needs_native = pytest.mark.skipif(
+    not native_installed(), reason="hyperscan is not installed (no wheel for this platform)"
+)
+
+EVERY = tuple(sorted({t.encode() for t in default_registry().prefilter}))
+ONCE = (b'File "', b"step", b"iteration", b"checkpoint", b"Xid")  # Xid: in both
+
+
+def _hyperscan():  # noqa: ANN202
+    import hyperscan
+
+    return hyperscan
+
+
+def _text(seed: int, n: int) -> bytes:
+    """Random lines of filler and literals, occurrences separated by a space."""
+    rnd = random.Random(seed)
+    words = [*EVERY, *ONCE, b"error", b"Err", b"rr", b"SIG", b"Signal 1", b"a", b"x" * 40]
+    out = [b"\n"]
+    for _ in range(n):
+        out.append(b" ".join(rnd.choice(words) for _ in range(rnd.randrange(0, 6))) + b"\n")
+    return b"".join(out)
+
+
+def _expected(text: bytes, every: tuple[bytes, ...], once: tuple[bytes, ...]):  # noqa: ANN202
+    hits = sorted(
+        (p + len(lit), i)
+        for i, lit in enumerate(every)
+        for p in range(len(text))
+        if text.startswith(lit, p)
+    )
+    return hits, {i for i, lit in enumerate(once) if lit in text}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stdlib_backend_reports_every_occurrence(seed: int) -> None:
+    text = _text(seed, 300)
+    hits, present = StdlibScan(EVERY, ONCE).scan(text)
+    assert (sorted(hits), present) == _expected(text, EVERY, ONCE)
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(6))
+def test_native_backend_reports_every_occurrence(seed: int) -> None:
+    text = _text(seed, 300)
+    hits, present = NativeScan(EVERY, ONCE, _hyperscan()).scan(text)
+    assert (sorted(hits), present) == _expected(text, EVERY, ONCE)
+
+
+@needs_native
+def test_overlapping_occurrences() -> None:
+    """`SIGBUSSIGKILL` holds both signals: the native pass says so, the stdlib passes give
+    the leftmost of the two that start with the same byte (their documented difference)."""
+    text = b"\nkilled by SIGBUSSIGKILL\n"
+    every = (b"SIGBUS", b"BUSSIG")
+    native, _ = NativeScan(every, (), _hyperscan()).scan(text)
+    stdlib, _ = StdlibScan(every, ()).scan(text)
+    assert sorted(native) == [(17, 0), (20, 1)]
+    assert sorted(stdlib) == [(17, 0), (20, 1)]  # different first bytes: separate passes
+    same_first = (b"SIGBUS", b"SIGBUSSIG")
+    native, _ = NativeScan(same_first, (), _hyperscan()).scan(text)
+    stdlib, _ = StdlibScan(same_first, ()).scan(text)
+    assert sorted(native) == [(17, 0), (20, 1)]
+    assert sorted(stdlib) == [(20, 1)]  # one regex pass: the longest at that position
+
+
+def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RELAUNCH_NATIVE_SCAN=0` selects the stdlib backend (what the tests' reference uses)."""
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "0")
+    assert isinstance(literal_scan(EVERY, ONCE), StdlibScan)
+    assert native_search(rb"\nx") is None
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "1")
+    expected = NativeScan if native_installed() else StdlibScan
+    assert isinstance(literal_scan(EVERY, ONCE), expected)
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_rank_detector_sees_zero_padded_new_ranks(
+    monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """Once ranks 0..4 are seen, only a region that may hold a new rank is parsed; a
+    zero-padded `[rank009]:` is rank 9, new (the detector once missed numbers of 3+ digits
+    starting with 0)."""
+    if native == "1" and not native_installed():
+        pytest.skip("hyperscan is not installed (no wheel for this platform)")
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", native)
+    r = RankCollector()
+    r.region(b"\n" + b"".join(b"[rank%d]: x\n" % i for i in range(5)))
+    assert r.ranks == {0, 1, 2, 3, 4}
+    r.region(b"\n[rank03]: x\n[rank4]: y\n")
+    assert r.ranks == {0, 1, 2, 3, 4}
+    r.region(b"\n[rank009]: x\n")
+    assert r.ranks == {0, 1, 2, 3, 4, 9}
+    r.region(b"\n   12: x\n")
+    assert 12 in r.ranks
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_native_rank_detector_agrees_with_its_regex(seed: int) -> None:
+    rnd = random.Random(seed)
+    r = RankCollector()
+    r.region(b"\n" + b"".join(b"[rank%d]: x\n" % i for i in range(rnd.randrange(1, 300))))
+    assert r._native is not None and r._detector is not None
+    heads = [b"[rank%s]: ", b"[rank %s]: ", b"[default%s]: ", b"[1,%s]<stdout>: ", b"  %s: "]
+    for _ in range(300):
+        n = str(rnd.choice([0, 1, 9, 10, 99, 100, 299, 300, 1000, 10**6])).encode()
+        n = rnd.choice([n, b"0" + n, b"00" + n])
+        line = b"\n" + rnd.choice(heads) % n + b"x\n"
+        assert r._native(line) == (r._detector.search(line) is not None), line
