@@ -78,7 +78,7 @@ class LogScanner:
         self._every = tuple(sorted({t.encode() for t in self.registry.prefilter}))
         self._every_len = tuple(len(t) for t in self._every)
         self._progress = ProgressTracker(self.registry.dialects)
-        once = (_FRAME,)
+        once: tuple[bytes, ...] = (_FRAME,)
         if native_available():  # one pass finds them all: anchors cost nothing extra
             once += self._progress.anchors
         self._scan = literal_scan(self._every, once)
