@@ -12,7 +12,10 @@ Dense failure output (every rank printing a traceback) is cheap: the scanner han
 of one rank's frame lines over as byte spans (`add_span`, restart_agent.frames), other
 frame lines take `frame()`, which remembers what each line head says and keeps the frame
 undecoded; an error line whose outcome is known under its digit mask takes `known()`
-(restart_agent.outcomes); evidence is built only when kept.
+(restart_agent.outcomes); evidence is built only when kept. Kept evidence repeats itself
+too (every rank's traceback has the same frames, its message differs in digits only): what
+a traceback's frame texts say (`frame_facts`) and whether a message names no entity
+(`remembered_entity`) are remembered, bounded.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from restart_agent.elastic import ElasticReader
 from restart_agent.facts import PREFIX as FACT_PREFIX
 from restart_agent.facts import FactCollector
-from restart_agent.fingerprint import entity_of
+from restart_agent.fingerprint import MAX_INPUT, entity_of
 from restart_agent.frames import (
     MAX_FRAMES,
     MAX_TEXT,
@@ -71,6 +74,70 @@ _frame_text = frame_text
 def is_user_frame(path: str) -> bool:
     """A traceback frame of the user's own code (not the stdlib, torch or an installed lib)."""
     return not _LIBRARY.search(path)
+
+
+class FrameFacts(NamedTuple):
+    """What `_evidence` reads from a traceback's frames, given only their texts."""
+
+    texts: tuple[str, ...]  # each frame's text (`frame_text`)
+    functions: list[str]  # the function of each frame line (`taxonomy().validates_config`)
+    user_frame: str | None  # "path:line" of the innermost frame of the user's code
+
+
+def frame_facts(raws: tuple[str | bytes, ...]) -> FrameFacts:
+    """The `FrameFacts` of frames kept as `raws` (`Trace.frames()`'s texts, in order)."""
+    texts = tuple(_frame_text(t) for t in raws)
+    fns = [fm.group("fn") or "" for t in texts if (fm := _FRAME.match(t))]
+    user_frame = None
+    for t in reversed(texts):
+        fm = _FRAME.match(t)
+        if fm and is_user_frame(fm.group("path")):
+            user_frame = f"{fm.group('path')}:{fm.group('line')}"
+            break
+    return FrameFacts(texts, fns, user_frame)
+
+
+MAX_MEMO = 1 << 8  # distinct frame lists remembered (each up to MAX_FRAMES + 1 texts)
+MAX_ENTITY_MEMO = 1 << 12  # distinct messages (digits masked) remembered
+_FACTS: dict[tuple[str | bytes, ...], FrameFacts] = {}
+_NO_ENTITY: dict[bytes, bool] = {}
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def remembered_frame_facts(raws: tuple[str | bytes, ...]) -> FrameFacts:
+    """`frame_facts(raws)`, remembered per raws (a pure function of them; bounded)."""
+    got = _FACTS.get(raws)
+    if got is None:
+        got = frame_facts(raws)
+        if len(_FACTS) >= MAX_MEMO:
+            _FACTS.clear()
+        _FACTS[raws] = got
+    return got
+
+
+def remembered_entity(body: str) -> str | None:
+    """`entity_of(body)`, with messages that name no entity remembered by their digit mask
+    (every ASCII digit as 0): entity_of's regexes treat all ASCII digits alike (a test
+    checks they are `digit_blind`), so whether they find anything, and so whether it
+    returns None, is the same for every message of that mask."""
+    if len(body) > MAX_INPUT:
+        return entity_of(body)
+    key = body.encode("utf-8", "surrogatepass").translate(_DIGITS)
+    none = _NO_ENTITY.get(key)
+    if none:
+        return None
+    got = entity_of(body)
+    if none is None:
+        if len(_NO_ENTITY) >= MAX_ENTITY_MEMO:
+            _NO_ENTITY.clear()
+        _NO_ENTITY[key] = got is None
+    return got
+
+
+# what `_evidence` calls; the speed tests' slow reference puts `frame_facts` and
+# `entity_of` in their place (nothing remembered)
+_facts = remembered_frame_facts
+_entity = remembered_entity
 
 
 class _Miss(enum.Enum):
@@ -269,9 +336,12 @@ class LineInterpreter:
         if span is not None:
             frames = frames or Trace()
             frames.add_span(span_of(span))
-        m = row.regex.search(body)
-        assert m is not None  # the outcome says this row matches (same offsets)
-        self._keep(self._evidence(row, body, lineno, rank, source, fp, node, m.groupdict(), frames))
+        groups: dict[str, str | None] = {}
+        if "entity" in row.regex.groupindex:  # the only group `_evidence` reads
+            m = row.regex.search(body)
+            assert m is not None  # the outcome says this row matches (same offsets)
+            groups = m.groupdict()
+        self._keep(self._evidence(row, body, lineno, rank, source, fp, node, groups, frames))
 
     def line(self, raw: bytes, lineno: int, hints: set[str] | frozenset[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
@@ -382,22 +452,22 @@ class LineInterpreter:
         user_frame = None
         recoverability = row.recoverability
         if trace is not None:
-            frames = [(n, _frame_text(t)) for n, t in trace.frames()]
-            context = [{"line": n, "text": t} for n, t in frames]
-            fns = [fm.group("fn") or "" for _, t in frames if (fm := _FRAME.match(t))]
-            if taxonomy().validates_config(row.id, fns):
+            frames = trace.frames()
+            facts = _facts(tuple([t for _, t in frames]))
+            context = [{"line": f[0], "text": t} for f, t in zip(frames, facts.texts, strict=True)]
+            if taxonomy().validates_config(row.id, facts.functions):
                 recoverability = "config"
-            for _, t in reversed(frames):
-                fm = _FRAME.match(t)
-                if fm and is_user_frame(fm.group("path")):
-                    user_frame = f"{fm.group('path')}:{fm.group('line')}"
-                    break
+            user_frame = facts.user_frame
         hint = groups.get("entity")
         entity = hint.strip() if hint else None
         if entity is None:
-            quoted = entity_of(body)
-            entity = quoted if quoted and (quoted.startswith("/") or user_frame is None) else None
-            entity = entity or user_frame
+            if user_frame is not None and "/" not in body:
+                # entity_of gives a part of the body, so none starting with "/": the frame
+                entity = user_frame
+            else:
+                quoted = _entity(body)
+                keep = quoted and (quoted.startswith("/") or user_frame is None)
+                entity = (quoted if keep else None) or user_frame
         return Evidence(
             line=lineno,
             rank=rank,

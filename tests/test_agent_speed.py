@@ -3,9 +3,10 @@
 The line gate (restart_agent.linegate), the row-selection and fingerprint caches
 (restart_agent.rowcache), the windowed progress search and the bounded rank parser must
 give the same `CycleEvidence` as a slow reference that feeds the log one line at a time
-with the gate open and the row cache off, on the benchmark's noisy and dense shapes (small
-sizes), the default shape, the fixture logs and hand-made edge cases. Plus: the literals
-derived from a regex are really needed by it, and huge rank numbers do not raise.
+with the gate open and the row cache off (the evidence memos of restart_agent.lines too),
+on the benchmark's noisy and dense shapes (small sizes), the default shape, the fixture
+logs and hand-made edge cases. Plus: the literals derived from a regex are really needed
+by it, and huge rank numbers do not raise.
 """
 
 from __future__ import annotations
@@ -65,14 +66,16 @@ def reference(data: bytes) -> CycleEvidence:
     s._interp.frame_head = lambda head: None  # type: ignore[method-assign] # no frame spans
     s._interp.known = lambda raw, masked, lineno, hints: False  # type: ignore[method-assign]
     s._interp._split_by_head = lambda text, hints: None  # type: ignore[method-assign]
-    memo = lines_mod.fingerprint
+    memo = lines_mod.fingerprint, lines_mod._facts, lines_mod._entity
     lines_mod.fingerprint = _fp.fingerprint
+    lines_mod._facts = lines_mod.frame_facts  # frame facts and entities: not remembered
+    lines_mod._entity = _fp.entity_of
     try:
         for line in data.splitlines(keepends=True):
             s.feed(line)
         return s.finish()
     finally:
-        lines_mod.fingerprint = memo
+        lines_mod.fingerprint, lines_mod._facts, lines_mod._entity = memo
 
 
 def _write(tmp_path: Path, name: str, writer, size: int) -> bytes:  # noqa: ANN001
