@@ -117,7 +117,10 @@ def test_rank_detector_sees_zero_padded_new_ranks(
 
 @needs_native
 @pytest.mark.parametrize("seed", range(4))
-def test_native_rank_detector_agrees_with_its_regex(seed: int) -> None:
+def test_native_rank_detector_agrees_with_its_regex(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "1")
     rnd = random.Random(seed)
     r = RankCollector()
     r.region(b"\n" + b"".join(b"[rank%d]: x\n" % i for i in range(rnd.randrange(1, 300))))
