@@ -74,6 +74,9 @@ def frames_refused(lines: bytes, head: bytes) -> bool:
     return False
 
 
+_MISS = _Miss.MISS
+
+
 class Blocks:
     """`take(...)`: one traceback block handled as a unit (see the module docstring)."""
 
@@ -102,8 +105,8 @@ class Blocks:
             return False
         masked = region[hs:end].translate(_ZEROS)
         key = (masked, found)
-        got = self._cache.get(key, _Miss.MISS)
-        if got is _Miss.MISS:
+        got = self._cache.get(key, _MISS)
+        if got is _MISS:
             got = self._shape(masked, s - hs, region[s:end], self.hints_of(found))
             if len(self._cache) >= MAX_CACHE:
                 self._cache.clear()
@@ -112,8 +115,8 @@ class Blocks:
             return False
         hl, n, k, fe, skip, outcome = got
         head = region[hs : hs + hl]
-        by_head = self._heads.get(head, _Miss.MISS)
-        if by_head is _Miss.MISS:
+        by_head = self._heads.get(head, _MISS)
+        if by_head is _MISS:
             by_head = self._head(head)
         if by_head is None or region.count(by_head[0], hs - 1, s) != n:
             return False  # refused, or the heads differ in their digits (several ranks)
