@@ -1,0 +1,191 @@
+"""What the analyzer derives lazily at start-up gives the results the eager form gave.
+
+- The built-in pattern table's regexes are compiled on first use (`PatternRow.regex`), each
+  to the regex its source gives; a row of an extra table is compiled, and rejected, at load.
+- The line gate derives a row's needles when a line first reaches the row; its answers are
+  those of the eager rule (a line passes when some row has a trigger, a require and a needle
+  in it) on every example of every row, on lines one edit away from them and on noise.
+- Dialect rows are compiled over bytes only; every bad dialect gets the error it always got.
+- `fingerprint` digests with the built-in SHA-1: the same digest as `hashlib.sha1`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from restart_agent import fingerprint as _fp
+from restart_agent.linegate import _END, _SPACE, _ZEROS, LineGate
+from restart_agent.lines import READS
+from restart_agent.registry import (
+    PATTERNS_FILE,
+    PatternRow,
+    RegistryError,
+    build_registry,
+    default_registry,
+    regex_needles,
+)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_built_in_rows_compile_on_first_use_to_their_source() -> None:
+    reg = build_registry()
+    assert not any("regex" in row.__dict__ for row in reg.patterns)  # nothing compiled yet
+    for row in reg.patterns:
+        assert row.regex is row.regex  # compiled once
+        assert (row.regex.pattern, row.regex.flags) == (row.pattern, re.compile(row.pattern).flags)
+        assert row.source == str(PATTERNS_FILE)
+
+
+def test_a_broken_built_in_row_names_file_and_row_when_used() -> None:
+    row = PatternRow(
+        id="x.bad",
+        pattern="(unclosed",
+        failure_class="x",
+        domain="workload",
+        role="root",
+        recoverability="stop",
+        triggers=("rror",),
+        source=str(PATTERNS_FILE),
+    )
+    with pytest.raises(RegistryError, match=r"patterns\.yaml: row 'x\.bad': bad regex"):
+        _ = row.regex
+
+
+def test_extra_rows_are_compiled_at_load(tmp_path: Path) -> None:
+    good = _write(
+        tmp_path,
+        "site.yaml",
+        "patterns:\n  - id: site.x\n    regex: 'boom (?P<msg>.*)'\n    failure_class: x\n"
+        "    domain: workload\n    role: root\n    triggers: ['boom']\n",
+    )
+    row = build_registry([good]).patterns[0]
+    assert row.id == "site.x" and "regex" in row.__dict__
+    # a row with a bad regex and a bad domain: the regex is reported, as before
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        "patterns:\n  - id: site.bad\n    regex: '(unclosed'\n    failure_class: x\n"
+        "    domain: cosmic\n    role: root\n    triggers: ['rror']\n",
+    )
+    with pytest.raises(RegistryError, match="bad regex"):
+        build_registry([bad])
+
+
+def _eager_skip(lines: list[bytes]) -> list[bool]:
+    """The gate's rule with every row's needles derived up front (its former form)."""
+
+    def masked(lits: tuple[str, ...] | frozenset[str] | None) -> tuple[bytes, ...] | None:
+        return tuple(t.encode().translate(_ZEROS) for t in lits) if lits else None
+
+    reg = default_registry()
+    rows = [
+        (masked(r.triggers), masked(r.requires), masked(regex_needles(r.regex)))
+        for r in reg.patterns
+    ]
+    reads = tuple(c.encode().translate(_ZEROS) for c in READS)
+    out = []
+    for raw in lines:
+        key = raw.translate(_ZEROS)
+        if b"\x00" in key or b"\r" in key.rstrip(b"\r\n") or not key.isascii():
+            out.append(False)
+            continue
+        key = key.rstrip(_SPACE) + _END
+        if any(c in key for c in reads):
+            out.append(False)
+            continue
+        hit = any(all(s is None or any(t in key for t in s) for s in sets) for sets in rows)
+        out.append(not hit)
+    return out
+
+
+def _lines() -> list[bytes]:
+    rng = random.Random(18)
+    base = [
+        ex.encode("ascii", "ignore") for row in default_registry().patterns for ex in row.examples
+    ]
+    base += [
+        b"[rank3]: UserWarning: this is error-prone",
+        b"[rank3]: errors='ignore'",
+        b"iteration 100 | loss 2.3",
+        b"[rank7]: RuntimeError",
+        b"",
+    ]
+    out = []
+    for line in base:
+        out.append(b"[rank%d]: " % rng.randrange(1024) + line)
+        out.append(line)
+        for _ in range(3):  # one edit: a byte dropped, doubled or replaced
+            if not line:
+                break
+            i = rng.randrange(len(line))
+            out.append(
+                rng.choice(
+                    [
+                        line[:i] + line[i + 1 :],
+                        line[: i + 1] + line[i:],
+                        line[:i] + bytes([rng.randrange(32, 127)]) + line[i + 1 :],
+                    ]
+                )
+            )
+    return out
+
+
+def test_lazy_gate_answers_as_the_eager_rule() -> None:
+    lines = _lines()
+    gate = LineGate(default_registry(), READS)
+    assert [gate.skip(raw) for raw in lines] == _eager_skip(lines)
+    assert [gate.skip(raw) for raw in lines] == _eager_skip(lines)  # cached answers
+
+
+def test_gate_derives_needles_only_for_rows_a_line_reaches() -> None:
+    gate = LineGate(default_registry(), READS)
+    assert gate.skip(b"[rank1]: nothing of interest here")
+    assert not any(isinstance(n, tuple) or n is None for _, _, n in gate._rows)
+    assert not gate.skip(b"[rank1]: torch.OutOfMemoryError: CUDA out of memory.")
+    derived = sum(1 for _, _, n in gate._rows if isinstance(n, tuple) or n is None)
+    assert 0 < derived < len(gate._rows)
+
+
+_GOOD = "dialects:\n  - id: x\n    kind: iteration\n    regex: '{}'\n"
+
+
+@pytest.mark.parametrize(
+    ("regex", "message"),
+    [
+        ("(?L)it (?P<it>\\d+)", "bad regex"),  # locale flag: bytes accept it, text does not
+        ("(unclosed", "bad regex"),
+        ("it (?P<n>\\d+)", "needs a named group"),
+        ("\\u0069t (?P<n>\\d+)", "needs a named group"),  # text-only escape, no group
+        ("\\u0069t (?P<it>\\d+)", "must be ASCII"),
+        ("\u00e9t (?P<it>\\d+)", "must be ASCII"),
+    ],
+)
+def test_bad_dialects_get_the_errors_they_got(tmp_path: Path, regex: str, message: str) -> None:
+    f = _write(tmp_path, "d.yaml", _GOOD.format(regex.replace("'", "''")))
+    with pytest.raises(RegistryError, match=message):
+        build_registry(dialect_files=[f])
+
+
+def test_dialect_text_regex_is_the_bytes_one() -> None:
+    for d in default_registry().dialects:
+        assert d.regex.pattern.encode("ascii") == d.bregex.pattern
+        assert d.regex.groupindex == d.bregex.groupindex
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["CUDA error: an illegal memory access", "", "naïve ünïcode 0x7f3a", "x" * 5000],
+)
+def test_fingerprint_digest_is_hashlib_sha1(message: str) -> None:
+    want = hashlib.sha1(_fp.normalize(message).encode("utf-8", "replace")).hexdigest()[:12]
+    assert _fp.fingerprint("cls", message) == f"cls:{want}"
