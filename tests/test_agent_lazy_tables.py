@@ -7,6 +7,9 @@
   in it) on every example of every row, on lines one edit away from them and on noise.
 - Dialect rows are compiled over bytes only; every bad dialect gets the error it always got.
 - `fingerprint` digests with the built-in SHA-1: the same digest as `hashlib.sha1`.
+- `entity_of` looks for each regex's literals before running it: the same entity as the
+  regex-only form, on hand-made lines (mixed case, Unicode case folds, over-long) and
+  random insertions into them.
 """
 
 from __future__ import annotations
@@ -189,3 +192,61 @@ def test_dialect_text_regex_is_the_bytes_one() -> None:
 def test_fingerprint_digest_is_hashlib_sha1(message: str) -> None:
     want = hashlib.sha1(_fp.normalize(message).encode("utf-8", "replace")).hexdigest()[:12]
     assert _fp.fingerprint("cls", message) == f"cls:{want}"
+
+
+_QUOTED = re.compile(r"""['"]((?:/|\.{1,2}/|[A-Za-z]:\\)[^'"]+)['"]""")
+
+
+def _entity_reference(text: str, hint: str | None = None) -> str | None:
+    """`entity_of` as it was: every regex tried on every line, no literal looked for first."""
+    if hint:
+        return hint.strip()[:300] or None
+    text = text[: _fp.MAX_INPUT]
+    m = _QUOTED.search(text)
+    if m:
+        return m.group(1)[:300]
+    m = _fp._CHECKPOINT.search(text)
+    if m:
+        left = max((e.end() for e in _fp._TOKEN_EDGE.finditer(text, 0, m.start())), default=0)
+        right = _fp._TOKEN_EDGE.search(text, m.end())
+        token = text[left : right.start() if right else len(text)]
+        if "/" in token:
+            return token.strip("'\",.:;()[]")[:300]
+    m = _fp._BARE_PATH.search(text)
+    if m and m.group(1).count("/") >= 2:
+        return m.group(1).rstrip(".,;:")[:300]
+    m = _fp._DATA_INDEX.search(text)
+    if m:
+        return m.group(0)[:100]
+    return None
+
+
+ENTITY_TEXTS = [
+    "ValueError: sample 981354 of shard part-02410 has 354 tokens > 8192",
+    "RuntimeError: [Rank 884] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)",
+    "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.bin'",
+    "saving CKPT to /ckpt/iter_0001000/model.pt failed",
+    "Loading Checkpoint global_step100/zero_pp_rank_0 failed",
+    "IndexError: INDEX 17 is out of bounds",
+    "error at Step: 42 of BATCH=7",
+    "broken at ite\u212a 5",  # Kelvin sign: matches 'k' case-insensitively
+    "\u017ftep 3 failed",  # long s: matches 's' case-insensitively
+    "POSITION # 9 in /a/b/c.txt",
+    "no entity here at all",
+    "x" * 4100 + " step 5",  # beyond MAX_INPUT
+    "offset=12 '/x/y' iter_12",
+    "\u00e9chec: index 4",
+]
+
+
+def test_entity_of_is_the_regex_only_form() -> None:
+    rng = random.Random(7)
+    texts = list(ENTITY_TEXTS)
+    words = ["step", "Idx", "ckpt", "/p/q", "'", '"', "iter_", "\u212a", "\u0130", ": ", "=", "9"]
+    for base in ENTITY_TEXTS:
+        for _ in range(20):
+            i = rng.randrange(len(base) + 1)
+            texts.append(base[:i] + rng.choice(words) + base[i:])
+    for t in texts:
+        assert _fp.entity_of(t) == _entity_reference(t), t
+        assert _fp.entity_of(t, "hint ") == _entity_reference(t, "hint ")
