@@ -101,9 +101,55 @@ class Registry:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
+
+
+class _NotPlain(Exception):
+    """A node `_plain` leaves to PyYAML's constructor."""
+
+
+def _plain(node: yaml.Node, loader: Any, seen: set[int]) -> Any:
+    """What the safe constructor makes of `node`, for plain trees (maps with string keys,
+    sequences, scalars), built directly: about half the time of the constructor's generic
+    walk. Anything else (merge keys, other keys, tagged collections, an alias) raises
+    `_NotPlain`; non-string scalars are handed to the constructor itself."""
+    if id(node) in seen:  # an alias: the constructor shares (or recurses into) the object
+        raise _NotPlain
+    seen.add(id(node))
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        return node.value if node.tag == _STR else loader.construct_object(node, deep=True)
+    if kind is yaml.SequenceNode and node.tag == _SEQ:
+        return [_plain(item, loader, seen) for item in node.value]
+    if kind is yaml.MappingNode and node.tag == _MAP:
+        out = {}
+        for key, value in node.value:
+            if type(key) is not yaml.ScalarNode or key.tag != _STR:
+                raise _NotPlain
+            out[key.value] = _plain(value, loader, seen)
+        return out
+    raise _NotPlain
+
+
+def load_yaml_text(text: str) -> Any:
+    """`yaml.load(text, Loader=CSafeLoader)` (the same data, the same errors), with plain
+    documents built by `_plain` (the pattern table: ~8 -> ~4 ms at every start)."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            return _plain(node, loader, set())
+        except _NotPlain:
+            return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)  # noqa: S506 - a safe loader
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

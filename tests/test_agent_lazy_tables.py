@@ -10,6 +10,9 @@
 - `entity_of` looks for each regex's literals before running it: the same entity as the
   regex-only form, on hand-made lines (mixed case, Unicode case folds, over-long) and
   random insertions into them.
+- The tables' YAML is built directly from the parsed nodes when plain: the same data, types
+  and errors as PyYAML's safe loader on the three tables and on aliases, recursion, merge
+  keys, typed scalars, tagged collections, odd keys and broken documents.
 """
 
 from __future__ import annotations
@@ -250,3 +253,70 @@ def test_entity_of_is_the_regex_only_form() -> None:
     for t in texts:
         assert _fp.entity_of(t) == _entity_reference(t), t
         assert _fp.entity_of(t, "hint ") == _entity_reference(t, "hint ")
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, with the same types all the way down (1 == True == 1.0 is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (a != a and b != b)  # NaN
+
+
+YAML_DOCS = [
+    "",
+    "# only a comment\n",
+    "a: 1\nb: true\nc: null\nd: 1.5\ne: .nan\nf: 2001-12-14\ng: 0x1f\nh: '1'\ni: ~\n",
+    "a: [1, two, {x: y}]\nb:\n  - !!str 3\n  - !!int '4'\n",
+    "base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  y: 3\n",
+    "a: &x [1, 2]\nb: *x\n",
+    "a: &r [1, *r]\n",
+    "1: one\nnull: none\n? [k]\n: v\n",
+    "a: 1\na: 2\nb: 3\n",
+    "s: !!set {x, y}\no: !!omap [{a: 1}, {b: 2}]\nbin: !!binary aGVsbG8=\n",
+    "= : v\n",
+    "- just\n- a\n- list\n",
+    "plain scalar\n",
+    "x: !!python/name:os.system ''\n",
+    "a: [unclosed\n",
+    "--- a\n--- b\n",
+]
+
+
+@pytest.mark.parametrize("text", YAML_DOCS)
+def test_yaml_fast_path_is_the_safe_loader(text: str) -> None:
+    import yaml
+
+    from restart_agent.registry import _LOADER, load_yaml_text
+
+    try:
+        want = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        with pytest.raises(type(exc)) as got:
+            load_yaml_text(text)
+        assert str(got.value) == str(exc)
+        return
+    got_data = load_yaml_text(text)
+    if "&r" in text:  # a list holding itself, as the safe loader builds it
+        assert got_data["a"][1] is got_data["a"] and repr(got_data) == repr(want)
+    elif "&x" in text:  # an alias: one object, as the safe loader shares it
+        assert got_data["b"] is got_data["a"] and _same(got_data, want)
+    elif isinstance(want, dict) and "s" in want:  # a set: no order to compare
+        assert got_data == want
+    else:
+        assert _same(got_data, want), (got_data, want)
+
+
+@pytest.mark.parametrize("name", ["patterns.yaml", "progress.yaml", "taxonomy.yaml"])
+def test_yaml_fast_path_reads_the_tables_as_the_safe_loader(name: str) -> None:
+    import yaml
+
+    from restart_agent.registry import _LOADER, HERE, load_yaml_text
+
+    text = (HERE / name).read_text(encoding="utf-8")
+    assert _same(load_yaml_text(text), yaml.load(text, Loader=_LOADER))  # noqa: S506
