@@ -9,8 +9,13 @@ enters the fingerprint.
 
 from __future__ import annotations
 
-import hashlib
 import re
+
+# CPython's built-in SHA-1 gives hashlib's digest without loading OpenSSL (~3 ms a start)
+try:
+    from _sha1 import sha1
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import sha1
 
 # Order matters: wider tokens first (timestamps before bare numbers, IPs before numbers).
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -33,9 +38,9 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 _QUOTED_PATH = re.compile(r"""['"]((?:/|\.{1,2}/|[A-Za-z]:\\)[^'"]+)['"]""")
 _BARE_PATH = re.compile(r"(?<![\w.])(/(?:[^\s'\":,()]+/)*[^\s'\":,()]+)")
-_DATA_INDEX = re.compile(
-    r"\b(?:index|idx|sample|position|offset|batch|iteration|step)[ =:#]+(\d+)", re.IGNORECASE
-)
+_DATA_INDEX_WORDS = ("index", "idx", "sample", "position", "offset", "batch", "iteration", "step")
+_DATA_INDEX = re.compile(rf"\b(?:{'|'.join(_DATA_INDEX_WORDS)})[ =:#]+(\d+)", re.IGNORECASE)
+_CHECKPOINT_WORDS = ("checkpoint", "ckpt", "iter_")
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|iter_\d+", re.IGNORECASE)
 _TOKEN_EDGE = re.compile(r"\s")
 MAX_INPUT = 4000  # characters of a message looked at (bounds regex time on huge lines)
@@ -51,8 +56,12 @@ def normalize(message: str) -> str:
 
 def fingerprint(failure_class: str, message: str) -> str:
     """`failure_class:hash` of the normalised message; stable across ranks and cycles."""
-    digest = hashlib.sha1(normalize(message).encode("utf-8", "replace")).hexdigest()[:12]
+    digest = sha1(normalize(message).encode("utf-8", "replace")).hexdigest()[:12]
     return f"{failure_class}:{digest}"
+
+
+def _holds(text: str, words: tuple[str, ...]) -> bool:
+    return any(w in text for w in words)
 
 
 def entity_of(text: str, hint: str | None = None) -> str | None:
@@ -60,20 +69,24 @@ def entity_of(text: str, hint: str | None = None) -> str | None:
     if hint:
         return hint.strip()[:300] or None
     text = text[:MAX_INPUT]
-    m = _QUOTED_PATH.search(text)
+    # literals each regex needs, looked for first: most error lines hold none of them. For
+    # ASCII text, `lower()` folds case as the IGNORECASE regexes do; other text (where
+    # Unicode folding differs, e.g. the Kelvin sign) goes to the regexes unfiltered.
+    low = text.lower() if text.isascii() else None
+    m = _QUOTED_PATH.search(text) if "'" in text or '"' in text else None
     if m:
         return m.group(1)[:300]
-    m = _CHECKPOINT.search(text)
+    m = _CHECKPOINT.search(text) if low is None or _holds(low, _CHECKPOINT_WORDS) else None
     if m:
         left = max((e.end() for e in _TOKEN_EDGE.finditer(text, 0, m.start())), default=0)
         right = _TOKEN_EDGE.search(text, m.end())
         token = text[left : right.start() if right else len(text)]
         if "/" in token:
             return token.strip("'\",.:;()[]")[:300]
-    m = _BARE_PATH.search(text)
+    m = _BARE_PATH.search(text) if "/" in text else None
     if m and m.group(1).count("/") >= 2:
         return m.group(1).rstrip(".,;:")[:300]
-    m = _DATA_INDEX.search(text)
+    m = _DATA_INDEX.search(text) if low is None or _holds(low, _DATA_INDEX_WORDS) else None
     if m:
         return m.group(0)[:100]
     return None

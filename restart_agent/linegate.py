@@ -8,7 +8,9 @@ triggers, one of its `requires` (if any) and one of the literals its regex needs
 (traceback headers and frames, launcher facts, torch elastic's exit reports); their
 literals (`restart_agent.lines.READS`) are given to the gate. `LineGate.skip(raw)` is True
 when no row has all three in the line and it holds none of those literals, so handing it
-to `LineInterpreter.line()` could change nothing.
+to `LineInterpreter.line()` could change nothing. A row's needles are derived (and its
+regex compiled) only when a line first holds its triggers and requires: a start pays for
+the rows its log reaches, not for the whole table.
 
 The answer is cached per line with every ASCII digit replaced by `0` (literals with digits
 are compared the same way, which can only keep more lines), so the same warning printed by
@@ -30,7 +32,17 @@ _SPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, of ASCI
 _END = END.encode()
 
 
-def _masked(literals: tuple[str, ...] | frozenset[str] | None) -> tuple[bytes, ...] | None:
+_Set = tuple[bytes, ...] | None  # masked literals one of which a line must hold (None: any)
+
+
+class _Unknown:
+    """A row's needles not derived yet."""
+
+
+_UNKNOWN = _Unknown()
+
+
+def _masked(literals: tuple[str, ...] | frozenset[str] | None) -> _Set:
     if not literals:
         return None
     return tuple(sorted({t.encode("ascii").translate(_ZEROS) for t in literals}))
@@ -42,11 +54,13 @@ class LineGate:
     def __init__(self, registry: Registry, reads: tuple[str, ...] = ()) -> None:
         """`reads`: literals of lines the interpreter acts on without a pattern row
         (traceback lines, launcher facts, ...: `restart_agent.lines.READS`); never skipped."""
-        rows = []
-        for row in registry.patterns:
-            need = regex_needles(row.regex)
-            rows.append((_masked(row.triggers), _masked(row.requires), _masked(need)))
-        self._rows: tuple[tuple[tuple[bytes, ...] | None, ...], ...] = tuple(rows)
+        self._patterns = registry.patterns
+        # per row: (triggers, requires, needles), masked; a row's needles (a parse of its
+        # regex, ~0.2 ms each) are derived the first time a line holds its triggers and
+        # requires, so a start pays only for the rows its log can reach
+        self._rows: list[tuple[_Set, _Set, _Set | _Unknown]] = [
+            (_masked(row.triggers), _masked(row.requires), _UNKNOWN) for row in registry.patterns
+        ]
         self._reads = tuple(c.encode("ascii").translate(_ZEROS) for c in reads)
         self._cache: dict[bytes, bool] = {}
 
@@ -74,7 +88,14 @@ class LineGate:
         key = key.rstrip(_SPACE) + _END
         if any(c in key for c in self._reads):
             return False
-        for sets in self._rows:
-            if all(s is None or any(t in key for t in s) for s in sets):
+        for i, (triggers, requires, needles) in enumerate(self._rows):
+            if triggers is not None and not any(t in key for t in triggers):
+                continue
+            if requires is not None and not any(t in key for t in requires):
+                continue
+            if isinstance(needles, _Unknown):
+                needles = _masked(regex_needles(self._patterns[i].regex))
+                self._rows[i] = (triggers, requires, needles)
+            if needles is None or any(t in key for t in needles):
                 return False
         return True

@@ -48,7 +48,7 @@ class RegistryError(ValueError):
 @dataclass(frozen=True)
 class PatternRow:
     id: str
-    regex: re.Pattern[str]
+    pattern: str  # the regex's source; `regex` is it compiled, on first use
     failure_class: str
     domain: str
     role: str
@@ -56,6 +56,15 @@ class PatternRow:
     triggers: tuple[str, ...]
     examples: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    source: str = field(default="", compare=False, repr=False)  # the file it came from
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled regex. Compiled when first used: a scan tries only the rows whose
+        triggers it meets (a few of the table), and compiling all costs ~10 ms per start.
+        Extra tables are compiled when loaded (a bad regex is reported there); the built-in
+        table's regexes are all compiled by the tests."""
+        return _compile(Path(self.source), self.id, self.pattern)
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,7 @@ class DialectRow:
     id: str
     kind: str
     anchor: str
-    regex: re.Pattern[str]
-    bregex: re.Pattern[bytes]  # the same pattern over raw bytes (what the scanner runs)
+    bregex: re.Pattern[bytes]  # the row's regex over raw bytes (what the scanner runs)
     examples: tuple[str, ...] = ()
     # a match is no progress when this (bytes) regex is found in its segment of the line
     # (from the line start or the last '\r' before it, to the match's end)
@@ -73,6 +81,11 @@ class DialectRow:
     min_it: int = 0  # a match with a smaller number is no progress
     scale: int = 1  # `it` (with its decimals, group `frac`) times this is the iteration
     not_examples: tuple[str, ...] = ()  # lines this dialect must not read
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The same regex over text (for tools and tests; the scanner runs `bregex`)."""
+        return re.compile(self.bregex.pattern.decode("ascii"))
 
 
 @dataclass(frozen=True)
@@ -88,9 +101,55 @@ class Registry:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
+
+
+class _NotPlain(Exception):
+    """A node `_plain` leaves to PyYAML's constructor."""
+
+
+def _plain(node: yaml.Node, loader: Any, seen: set[int]) -> Any:
+    """What the safe constructor makes of `node`, for plain trees (maps with string keys,
+    sequences, scalars), built directly: about half the time of the constructor's generic
+    walk. Anything else (merge keys, other keys, tagged collections, an alias) raises
+    `_NotPlain`; non-string scalars are handed to the constructor itself."""
+    if id(node) in seen:  # an alias: the constructor shares (or recurses into) the object
+        raise _NotPlain
+    seen.add(id(node))
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        return node.value if node.tag == _STR else loader.construct_object(node, deep=True)
+    if kind is yaml.SequenceNode and node.tag == _SEQ:
+        return [_plain(item, loader, seen) for item in node.value]
+    if kind is yaml.MappingNode and node.tag == _MAP:
+        out = {}
+        for key, value in node.value:
+            if type(key) is not yaml.ScalarNode or key.tag != _STR:
+                raise _NotPlain
+            out[key.value] = _plain(value, loader, seen)
+        return out
+    raise _NotPlain
+
+
+def load_yaml_text(text: str) -> Any:
+    """`yaml.load(text, Loader=CSafeLoader)` (the same data, the same errors), with plain
+    documents built by `_plain` (the pattern table: ~8 -> ~4 ms at every start)."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            return _plain(node, loader, set())
+        except _NotPlain:
+            return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)  # noqa: S506 - a safe loader
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
@@ -117,7 +176,9 @@ def _choice(path: Path, row_id: str, name: str, value: Any, allowed: tuple[str, 
     return str(value)
 
 
-def _pattern_rows(path: Path, data: dict[str, Any]) -> list[PatternRow]:
+def _pattern_rows(path: Path, data: dict[str, Any], compile_now: bool = True) -> list[PatternRow]:
+    """The rows of a pattern table. `compile_now`: compile every regex here, so a bad one
+    is reported at load; False (the built-in table only) leaves each to its first use."""
     rows = []
     for i, raw in enumerate(data.get("patterns") or []):
         if not isinstance(raw, dict) or not raw.get("id"):
@@ -125,25 +186,32 @@ def _pattern_rows(path: Path, data: dict[str, Any]) -> list[PatternRow]:
         rid = str(raw["id"])
         if not raw.get("failure_class"):
             raise RegistryError(f"{path}: row {rid!r}: failure_class is required")
-        rows.append(
-            PatternRow(
-                id=rid,
-                regex=_compile(path, rid, raw.get("regex")),
-                failure_class=str(raw["failure_class"]),
-                domain=_choice(path, rid, "domain", raw.get("domain"), DOMAINS),
-                role=_choice(path, rid, "role", raw.get("role"), ROLES),
-                recoverability=_choice(
-                    path,
-                    rid,
-                    "recoverability",
-                    raw.get("recoverability", "unknown"),
-                    RECOVERABILITY,
-                ),
-                triggers=_triggers(path, rid, raw.get("triggers")),
-                requires=_triggers(path, rid, raw["requires"]) if raw.get("requires") else (),
-                examples=tuple(str(e) for e in raw.get("examples") or ()),
-            )
+        regex = raw.get("regex")
+        if compile_now:
+            compiled = _compile(path, rid, regex)
+        elif not isinstance(regex, str) or not regex:
+            raise RegistryError(f"{path}: row {rid!r}: regex must be a non-empty string")
+        row = PatternRow(
+            id=rid,
+            pattern=str(regex),
+            failure_class=str(raw["failure_class"]),
+            domain=_choice(path, rid, "domain", raw.get("domain"), DOMAINS),
+            role=_choice(path, rid, "role", raw.get("role"), ROLES),
+            recoverability=_choice(
+                path,
+                rid,
+                "recoverability",
+                raw.get("recoverability", "unknown"),
+                RECOVERABILITY,
+            ),
+            triggers=_triggers(path, rid, raw.get("triggers")),
+            requires=_triggers(path, rid, raw["requires"]) if raw.get("requires") else (),
+            examples=tuple(str(e) for e in raw.get("examples") or ()),
+            source=str(path),
         )
+        if compile_now:
+            row.__dict__["regex"] = compiled  # the cached_property's slot
+        rows.append(row)
     return rows
 
 
@@ -289,19 +357,40 @@ def regex_needles(rx: re.Pattern[str]) -> frozenset[str] | None:
     return got
 
 
+def _bytes_regex(path: Path, row_id: str, regex: Any) -> re.Pattern[bytes]:
+    """A dialect's regex compiled over bytes, the one form the scanner runs, checked for
+    a named group `it` or `path`. A regex that fails as bytes is checked as text first,
+    so every bad row gets the error it always got, in the same order (bad regex, missing
+    group, not ASCII)."""
+    if isinstance(regex, str) and regex:
+        try:
+            brx = re.compile(regex.encode("ascii"))
+        except (UnicodeEncodeError, re.error):
+            pass
+        else:
+            if not brx.flags & re.LOCALE:  # the one thing bytes accept and text does not
+                _needs_group(path, row_id, brx.groupindex)
+                return brx
+    rx = _compile(path, row_id, regex)
+    _needs_group(path, row_id, rx.groupindex)
+    try:
+        return re.compile(rx.pattern.encode("ascii"))
+    except (UnicodeEncodeError, re.error) as exc:
+        raise RegistryError(f"{path}: row {row_id!r}: regex must be ASCII: {exc}") from exc
+
+
+def _needs_group(path: Path, row_id: str, groups: Any) -> None:
+    if "it" not in groups and "path" not in groups:
+        raise RegistryError(f"{path}: row {row_id!r}: regex needs a named group 'it' or 'path'")
+
+
 def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
     rows = []
     for i, raw in enumerate(data.get("dialects") or []):
         if not isinstance(raw, dict) or not raw.get("id"):
             raise RegistryError(f"{path}: dialect row {i} needs an id")
         rid = str(raw["id"])
-        rx = _compile(path, rid, raw.get("regex"))
-        if "it" not in rx.groupindex and "path" not in rx.groupindex:
-            raise RegistryError(f"{path}: row {rid!r}: regex needs a named group 'it' or 'path'")
-        try:
-            brx = re.compile(rx.pattern.encode("ascii"))
-        except (UnicodeEncodeError, re.error) as exc:
-            raise RegistryError(f"{path}: row {rid!r}: regex must be ASCII: {exc}") from exc
+        brx = _bytes_regex(path, rid, raw.get("regex"))
         exclude = None
         if raw.get("exclude") is not None:
             try:
@@ -314,7 +403,7 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
         scale = raw.get("scale", 1)
         if isinstance(scale, bool) or not isinstance(scale, int) or not 1 <= scale <= 10**6:
             raise RegistryError(f"{path}: row {rid!r}: scale must be an integer 1..1000000")
-        anchor = raw.get("anchor") or leading_literal(rx.pattern)
+        anchor = raw.get("anchor") or leading_literal(str(raw["regex"]))
         if not isinstance(anchor, str) or not anchor:
             raise RegistryError(
                 f"{path}: row {rid!r}: regex must start with a literal (or give an anchor)"
@@ -324,7 +413,6 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
                 id=rid,
                 kind=_choice(path, rid, "kind", raw.get("kind"), KINDS),
                 anchor=anchor,
-                regex=rx,
                 bregex=brx,
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
                 exclude=exclude,
@@ -370,7 +458,8 @@ def build_registry(
     pattern_files: list[Path] | None = None, dialect_files: list[Path] | None = None
 ) -> Registry:
     """Build a registry from the built-in tables plus extra files (not the environment)."""
-    patterns = _pattern_rows(PATTERNS_FILE, _load_yaml(PATTERNS_FILE))
+    # the built-in table's regexes are compiled on first use (tests compile them all)
+    patterns = _pattern_rows(PATTERNS_FILE, _load_yaml(PATTERNS_FILE), compile_now=False)
     extra_rows: list[PatternRow] = []
     sources = [str(PATTERNS_FILE), str(PROGRESS_FILE)]
     for path in pattern_files or ():

@@ -8,15 +8,42 @@
   the models (storage.models), `StorageError` for unusable databases (storage.db).
 
 See docs/storage.md.
+
+The names come from their modules on first use (PEP 562), so importing `storage.job_id`
+(the job-id rule every package shares; `relaunch analyze` checks `--job-id` with it)
+does not import SQLAlchemy (~0.35 s).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
-from storage.db import StorageError, default_url, make_engine, relaunch_home
-from storage.records import CycleRecord, JobRecord
-from storage.repository import HistoryRepository
+if TYPE_CHECKING:
+    from storage.db import StorageError, default_url, relaunch_home
+    from storage.records import CycleRecord, JobRecord
+    from storage.repository import HistoryRepository
+
+_LAZY = {
+    "StorageError": "storage.db",
+    "default_url": "storage.db",
+    "relaunch_home": "storage.db",
+    "make_engine": "storage.db",
+    "CycleRecord": "storage.records",
+    "JobRecord": "storage.records",
+    "HistoryRepository": "storage.repository",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CycleRecord",
@@ -35,6 +62,8 @@ MAX_CYCLES_ENV = "RELAUNCH_MAX_CYCLES_PER_JOB"
 
 def max_cycles_from_env() -> int:
     """`$RELAUNCH_MAX_CYCLES_PER_JOB` (a positive integer), or 10,000."""
+    from storage.db import StorageError
+
     raw = os.environ.get(MAX_CYCLES_ENV)
     if raw is None or not raw.strip():
         return DEFAULT_MAX_CYCLES_PER_JOB
@@ -57,7 +86,9 @@ def open_repository(
     """
     from sqlalchemy.exc import DBAPIError, OperationalError
 
+    from storage.db import StorageError, make_engine
     from storage.migrate import upgrade_to_head
+    from storage.repository import HistoryRepository
 
     if max_cycles_per_job is None:
         max_cycles_per_job = max_cycles_from_env()
