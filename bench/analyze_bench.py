@@ -26,6 +26,10 @@ human summary on stderr). Usage:
     python bench/analyze_bench.py                 # 1 GiB, 1024 ranks, in /tmp
     python bench/analyze_bench.py --shape noisy --repeat 3
     python bench/analyze_bench.py --size 100M --ranks 256 --workdir /tmp/bench
+    RELAUNCH_NATIVE_SCAN=0 python bench/analyze_bench.py --shape dense   # stdlib passes
+
+The child uses the native literal pass (restart_agent.multiscan) where `hyperscan` is
+installed; RELAUNCH_NATIVE_SCAN=0 in the environment measures the stdlib fallback.
 """
 
 from __future__ import annotations
