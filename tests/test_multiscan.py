@@ -131,3 +131,22 @@ def test_native_rank_detector_agrees_with_its_regex(
         n = rnd.choice([n, b"0" + n, b"00" + n])
         line = b"\n" + rnd.choice(heads) % n + b"x\n"
         assert r._native(line) == (r._detector.search(line) is not None), line
+
+
+@needs_native
+def test_threads_scan_at_once_with_their_own_scratch() -> None:
+    """One compiled database serves every thread (the service analyses in several); each
+    thread scans with its own scratch space, so concurrent scans give their own results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scan = NativeScan(EVERY, ONCE, _hyperscan())
+    texts = [_text(seed, 4000) for seed in range(8)]
+    expected = [(sorted(h), p) for h, p in (StdlibScan(EVERY, ONCE).scan(t) for t in texts)]
+
+    def one(i: int) -> tuple[list[tuple[int, int]], set[int]]:
+        hits, present = scan.scan(texts[i % len(texts)])
+        return sorted(hits), present
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(one, range(64)))
+    assert got == [expected[i % len(texts)] for i in range(64)]
