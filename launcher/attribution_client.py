@@ -448,6 +448,17 @@ class EmbeddedClient(AttributionClient):
         return None if verdict is None else _from_verdict(cycle, verdict, "embedded")
 
 
+class EndpointRefused(RuntimeError):
+    """The attribution service answered a request with an HTTP error (it is reachable)."""
+
+    def __init__(self, request: str, status: int, body: str) -> None:
+        hint = ""
+        if status in (401, 403):
+            hint = " (check --ft-attribution-token-file: the service's --token-file token)"
+        super().__init__(f"{request} answered {status}{hint}: {body[:200]}")
+        self.status = status
+
+
 class HttpClient(AttributionClient):
     """`relaunch serve` over TCP (`http://host:port`) or a Unix socket (`unix:///path`)."""
 
@@ -493,13 +504,17 @@ class HttpClient(AttributionClient):
         }
         resp = self._http.post("/logs", json=body)
         if resp.status_code >= 400:
-            raise RuntimeError(f"POST /logs answered {resp.status_code}: {resp.text[:200]}")
+            raise EndpointRefused("POST /logs", resp.status_code, resp.text)
 
     def _register(
         self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
     ) -> None:
         try:
             self._post(job_id, cycle, log_path, "track_only")
+        except EndpointRefused as exc:  # it answered: say what it said, not "unreachable"
+            if not self._warned_register:
+                self._warned_register = True
+                self.on_warning(f"attribution endpoint {self.endpoint} refused the cycle: {exc}")
         except Exception as exc:
             if not self._warned_register:
                 self._warned_register = True
@@ -511,7 +526,7 @@ class HttpClient(AttributionClient):
         while True:
             resp = self._http.get("/logs", params={"log_path": log_path, "wait": "false"})
             if resp.status_code >= 400:
-                raise RuntimeError(f"GET /logs answered {resp.status_code}: {resp.text[:200]}")
+                raise EndpointRefused("GET /logs", resp.status_code, resp.text)
             data = resp.json()
             if data.get("status") == "completed":
                 rec = data.get("recommendation") or {}
@@ -540,7 +555,7 @@ class HttpClient(AttributionClient):
             timeout=max(self._http.timeout.read or 5.0, 60.0),  # the service re-decides
         )
         if resp.status_code >= 400:
-            raise RuntimeError(f"POST node-health answered {resp.status_code}: {resp.text[:200]}")
+            raise EndpointRefused("POST node-health", resp.status_code, resp.text)
         verdict = resp.json().get("verdict")
         return _from_verdict_dict(cycle, verdict, "http") if isinstance(verdict, dict) else None
 
@@ -555,7 +570,7 @@ class HttpClient(AttributionClient):
         body = {"outcome": outcome, "reason": reason, "ended_at": at.isoformat()}
         resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/end", json=body)
         if resp.status_code >= 400:
-            raise RuntimeError(f"POST cycle end answered {resp.status_code}: {resp.text[:200]}")
+            raise EndpointRefused("POST cycle end", resp.status_code, resp.text)
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         from urllib.parse import quote
@@ -563,7 +578,7 @@ class HttpClient(AttributionClient):
         body = {"state": state, "exit_code": exit_code, "reason": reason}
         resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/end", json=body)
         if resp.status_code >= 400:
-            raise RuntimeError(f"POST job end answered {resp.status_code}: {resp.text[:200]}")
+            raise EndpointRefused("POST job end", resp.status_code, resp.text)
 
     def _next_cycle(self, job_id: str) -> int | None:
         from urllib.parse import quote
@@ -572,7 +587,7 @@ class HttpClient(AttributionClient):
         if resp.status_code == 404:
             return None
         if resp.status_code >= 400:
-            raise RuntimeError(f"GET job answered {resp.status_code}: {resp.text[:200]}")
+            raise EndpointRefused("GET job", resp.status_code, resp.text)
         last = resp.json().get("last_cycle")
         return last + 1 if isinstance(last, int) and not isinstance(last, bool) else None
 

@@ -439,6 +439,32 @@ def test_http_client_unreachable_gives_fallback_restart() -> None:
     assert any("unreachable" in w for w in warnings)
 
 
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_a_service_that_refuses_is_not_called_unreachable(
+    tmp_path: Path, token: str | None
+) -> None:
+    """A real `relaunch serve --token-file`: a launcher without the token, or with a wrong
+    one, is told the service refused (with the HTTP status and which flag to check), not
+    that it is unreachable; the cycle still gets the fallback RESTART."""
+    from tests._service_helpers import running_service
+
+    with running_service(tmp_path, token="s3cret-token") as svc:
+        got, warnings, _ = _collect()
+        c = HttpClient(got.append, warnings.append, endpoint=svc.endpoint, token=token)
+        log = svc.root / "cycle_0.log"
+        log.write_text("[rank 1]: RuntimeError: boom\n")
+        c.register("j", 0, str(log), None)
+        c.request_analysis("j", 0, str(log), None)
+        assert c.drain(60)
+        c.close()
+    assert [(v.cycle, v.decision, v.source) for v in got] == [(0, "RESTART", "fallback")]
+    assert not any("unreachable" in w for w in warnings), warnings
+    refused = [w for w in warnings if "refused the cycle" in w]
+    assert len(refused) == 1, warnings
+    assert "answered 401" in refused[0] or "answered 403" in refused[0], refused
+    assert "--ft-attribution-token-file" in refused[0]
+
+
 def test_node_health_to_an_unreachable_service_is_a_warning_not_a_crash() -> None:
     got, warnings, _ = _collect()
     c = HttpClient(got.append, warnings.append, endpoint=_unreachable_endpoint())
