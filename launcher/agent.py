@@ -49,7 +49,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
 from attribution.core.terminal import safe_text
-from launcher import facts, jobwide, progress_guard
+from launcher import facts, job_lock, jobwide, progress_guard
 from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from launcher.config import RunSettings
 from launcher.console import Console
@@ -995,8 +995,24 @@ def launch(
     settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None
 ) -> LaunchResult:
     """Run one `relaunch run` job to its end: its exit code (see docs/launcher.md), final
-    state and the verdicts received, read after the history is flushed."""
+    state and the verdicts received, read after the history is flushed. A single-node job
+    holds its job directory for the run (`launcher.job_lock`): a second launcher of the
+    same job on this host gets exit 2."""
     settings.job_dir.mkdir(parents=True, exist_ok=True)
+    if settings.max_nodes > 1:
+        return _launch(settings, out, sink_factory)
+    try:
+        lock = job_lock.acquire(settings.job_dir)
+    except (job_lock.JobLocked, OSError) as exc:
+        print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
+        return LaunchResult(2)
+    try:
+        return _launch(settings, out, sink_factory)
+    finally:
+        job_lock.release(lock)
+
+
+def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResult:
     _worker_pythonpath()
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
