@@ -17,13 +17,16 @@ rank):
    is the global one only on a single node),
 5. for a root line without a rank: a kernel line's PID (Xid, OOM killer) that an elastic
    exit report ties to a rank (`kernel`), else a line of the same failure class that names
-   a rank, else the single failed process torch elastic reported,
+   a rank, else the one process Open MPI's mpirun/prterun summary reported failed
+   (`mpirun`), else the single failed process torch elastic reported,
 6. a collective-timeout cascade in which every rank but one timed out: the silent rank is
    the suspect (`silent_rank`); it goes before the launcher's first exit and torch
    elastic's reports when the rank they name only aborted (SIGABRT, the watchdog's own
    abort) or only logged cascades,
-7. else the earliest cascade, as the scanner chose it; its rank is the rank that REPORTED
-   the cascade (`rank_source: "cascade_reporter"`), a victim, not a blamed rank.
+7. else the earliest cascade, as the scanner chose it, on the one process an Open MPI
+   summary reported failed (`mpirun`: a non-zero exit code or a SIGABRT names that
+   process, it did not only report a peer's failure); else its rank is the rank that
+   REPORTED the cascade (`rank_source: "cascade_reporter"`), a victim, not a blamed rank.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ _PID = re.compile(r"(?:Killed process|pid[=: ]+|PID )\s*(\d{1,10})\b")
 TIMEOUT_CLASSES = ("nccl_watchdog_timeout",)
 REASONED_ENDS = ("preemption", "node_failure", "time_limit")
 SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
+# rank sources of a line that names the process that FAILED (not the rank that reported a
+# cascade): a cascade from such a line keeps its source and names that rank
+FAILED_PROCESS_SOURCES = ("mpirun",)
 
 
 def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:
@@ -132,6 +138,9 @@ def _rank_from_peers(e: Evidence, evidence: CycleEvidence) -> tuple[int, str] | 
     for x in list(evidence.roots) + list(evidence.cascade_evidence):
         if x.failure_class == e.failure_class and x.rank is not None:
             return x.rank, x.rank_source or "message"
+    named = _failed_process(evidence)
+    if named is not None:
+        return named
     failed = {
         (x.rank, x.source) if x.rank is not None else (x.local_rank, "elastic_exit")
         for x in evidence.exits
@@ -144,6 +153,22 @@ def _rank_from_peers(e: Evidence, evidence: CycleEvidence) -> tuple[int, str] | 
         if sources[0] != "elastic_exit" or _single_node(evidence):
             return rank, sources[0]
     return None
+
+
+def _failed_process(evidence: CycleEvidence) -> tuple[int, str] | None:
+    """The one rank a launcher summary reported as the process that failed (Open MPI's
+    `process rank N ... exited on signal` / `The first process to do so was: Process name:
+    [[J,S],N]`), when it reported exactly one."""
+    found = {
+        (x.rank, x.rank_source)
+        for x in list(evidence.roots) + list(evidence.cascade_evidence)
+        if x.rank is not None and x.rank_source in FAILED_PROCESS_SOURCES
+    }
+    if len({r for r, _ in found}) != 1:
+        return None
+    rank, source = found.pop()
+    assert rank is not None and source is not None
+    return rank, source
 
 
 def _rank_by_pid(e: Evidence, evidence: CycleEvidence) -> int | None:
@@ -304,8 +329,16 @@ def pick_primary(
         return _from_exit(x, x.local_rank, "torch elastic's agent saw it fail"), (
             "torch elastic's agent reported this local rank failed (single node)"
         )
-    if primary is not None and primary.role == "cascade" and primary.rank is not None:
-        # only cascades, no suspect: the rank is the one that REPORTED the cascade, a
-        # victim, not a blamed rank
-        return replace(primary, rank_source="cascade_reporter"), reason
+    if primary is not None and primary.role == "cascade":
+        if primary.rank_source in FAILED_PROCESS_SOURCES:
+            return primary, reason + "; the launcher's summary names the failed process"
+        named = _failed_process(evidence)
+        if named is not None:
+            return _with_rank(primary, *named), reason + (
+                "; rank of the process the launcher's summary reported failed"
+            )
+        if primary.rank is not None:
+            # only cascades, no suspect: the rank is the one that REPORTED the cascade, a
+            # victim, not a blamed rank
+            return replace(primary, rank_source="cascade_reporter"), reason
     return primary, reason

@@ -391,7 +391,7 @@ class LineInterpreter:
                 source = "launcher" if unprefixed else "prefix"
             if rank is None and groups.get("rank"):
                 rank = bounded_int(groups["rank"])
-                source = "message" if rank is not None else None
+                source = row.rank_source if rank is not None else None
             if rank is None and block is not None:
                 rank, source = block
             if rank is None and body.startswith("srun: error:"):

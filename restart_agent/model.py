@@ -93,7 +93,7 @@ class Evidence:
     context: list[dict[str, Any]] = field(default_factory=list)
     user_frame: str | None = None  # "path:line" of the innermost frame of the user's code
     # how the rank was known: "prefix", "message", "launcher", "elastic_root_cause",
-    # "elastic_exit", "silent_rank", "kernel" (None: no rank)
+    # "elastic_exit", "silent_rank", "kernel", "mpirun" (None: no rank)
     rank_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

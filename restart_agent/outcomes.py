@@ -36,6 +36,7 @@ from restart_agent.prefixes import (
     _LAUNCHER_RANK,
     _PREFIX,
     _STREAM,
+    _TORCH,
     bounded_int,
     split_prefix,
 )
@@ -115,7 +116,16 @@ def _blind(items: Any) -> bool:  # noqa: ANN401 - sre parse items
 
 
 # the regexes of line() besides the rows'; a test checks they stay blind
-LINE_REGEXES = (_PREFIX, _STREAM, _LAUNCHER, _LAUNCHER_RANK, ELASTIC, MESSAGE_RANK, SRUN_TASK)
+LINE_REGEXES = (
+    _PREFIX,
+    _STREAM,
+    _TORCH,
+    _LAUNCHER,
+    _LAUNCHER_RANK,
+    ELASTIC,
+    MESSAGE_RANK,
+    SRUN_TASK,
+)
 
 
 def _digits_end(text: str, at: int) -> int:
@@ -214,15 +224,17 @@ class Outcomes:
         if ka >= 0:
             source = "launcher" if unprefixed else "prefix"
         else:
-            got = None
+            got, source = None, "message"
             if groups.get("rank") and bounded_int(groups["rank"]) is not None:
-                got = m.span("rank")
+                got, source = m.span("rank"), row.rank_source
             elif body.startswith("srun: error:") and (sm := SRUN_TASK.match(body)):
                 got = sm.span(1)
             elif "Rank " in body and (rm := MESSAGE_RANK.search(body)):
                 got = rm.span(1)
             if got is not None:
-                ra, re_, source = bs + got[0], bs + got[1], "message"
+                ra, re_ = bs + got[0], bs + got[1]
+            else:
+                source = None
         na = ne = -1
         if groups.get("node") is not None:
             na, ne = m.span("node")

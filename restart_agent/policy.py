@@ -102,6 +102,7 @@ RANK_SOURCES = {
     "kernel": "a kernel line tied to the rank by its PID",
     "silent_rank": "the only rank that did not time out",
     "straggler": "the launcher's straggler scores: the rank stayed slow before the timeout",
+    "mpirun": "Open MPI's mpirun/prterun summary of the process that failed",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)

@@ -9,6 +9,13 @@ Understood (at the start of a line):
 - `3: `               Slurm `srun --label` (optionally space-padded)
 - stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
   and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
+- torch's `[rank3]:` / `[rank 3]:` / `[default3]:` behind a LEAD that a logger, a log
+  collector or a worker pool put in front of the line: a timestamp
+  (`2024-03-01 10:00:00,123 - [rank3]:`, `[2024-03-01 10:00:00] [rank3]:`, glog's
+  `I0301 10:00:00.123 12 f.cc:4] [rank3]:`), Ray's `(RayTrainWorker pid=7) [rank3]:`, a
+  `<name> [stderr] [rank3]:` tag. The lead is at most `MAX_LEAD` characters, ends with a
+  blank, `]` or `)`, and holds no `": "` (so the `[rank3]:` quoted inside a message such as
+  `RuntimeError: failed on [rank3]: x` is no prefix: the message stays the body)
 
 Rank numbers are bounded: more than 8 digits (e.g. a 2^64 `N: ` label) is no prefix at all,
 never an exception.
@@ -30,6 +37,11 @@ _STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
 _LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
 MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
+# torch's own rank prefix where it does not start the line (behind a timestamp/logger lead)
+_TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:")
+_LEAD_WORDS = ("[rank", "[default")
+_LEAD_ENDS = " \t])"
+MAX_LEAD = 160  # characters of timestamp / logger / worker tag before a lead rank prefix
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
 # (head, tail, full regex) with the rank digits between head and tail.
@@ -66,6 +78,25 @@ def _one(line: str) -> tuple[int, str, bool, int] | None:
     return rank, body, line.startswith("[rank"), m.start(group)
 
 
+def _lead(line: str) -> tuple[int, str, bool, int] | None:
+    """`_one` for torch's rank prefix behind a timestamp / logger / worker lead (see the
+    module docstring): (rank, rest, True, where the rank's digits start)."""
+    best = -1
+    for word in _LEAD_WORDS:
+        p = line.find(word, 1, MAX_LEAD + len(word))
+        if p > 0 and (best < 0 or p < best):
+            best = p
+    if best < 0 or line[best - 1] not in _LEAD_ENDS or ": " in line[:best]:
+        return None
+    m = _TORCH.match(line, best)
+    if m is None:
+        return None
+    body = line[m.end() :]
+    if body.startswith(" "):
+        body = body[1:]
+    return int(m.group("r1")), body, True, m.start("r1")
+
+
 def split_prefix(line: str) -> Split:
     """Split one decoded line into (rank, body without prefix, is-launcher-line).
 
@@ -80,6 +111,8 @@ def split_prefix(line: str) -> Split:
         at = stream.end()
         line = line[at:]
     outer = _one(line)
+    if outer is None and not _LAUNCHER.match(line):
+        outer = _lead(line)
     if outer is not None:
         rank, body, _, rank_at = outer
         rank_at += at

@@ -57,6 +57,9 @@ class PatternRow:
     examples: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     source: str = field(default="", compare=False, repr=False)  # the file it came from
+    # what the `rank` group is, recorded as `Evidence.rank_source` (e.g. "mpirun": the
+    # process Open MPI's launcher reported); default "message": a rank the message names
+    rank_source: str = "message"
 
     @functools.cached_property
     def regex(self) -> re.Pattern[str]:
@@ -208,11 +211,18 @@ def _pattern_rows(path: Path, data: dict[str, Any], compile_now: bool = True) ->
             requires=_triggers(path, rid, raw["requires"]) if raw.get("requires") else (),
             examples=tuple(str(e) for e in raw.get("examples") or ()),
             source=str(path),
+            rank_source=_rank_source(path, rid, raw.get("rank_source", "message")),
         )
         if compile_now:
             row.__dict__["regex"] = compiled  # the cached_property's slot
         rows.append(row)
     return rows
+
+
+def _rank_source(path: Path, row_id: str, value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z_]{0,39}", value):
+        raise RegistryError(f"{path}: row {row_id!r}: rank_source must be a lower_case word")
+    return value
 
 
 def _triggers(path: Path, row_id: str, value: Any) -> tuple[str, ...]:

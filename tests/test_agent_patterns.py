@@ -157,6 +157,8 @@ def test_bad_regex_is_rejected_with_file_and_row(tmp_path: Path) -> None:
         ("domain", "cosmic", "domain must be one of"),
         ("role", "villain", "role must be one of"),
         ("triggers", "[]", "triggers must be a non-empty list"),
+        ("rank_source", "'Open MPI'", "rank_source must be a lower_case word"),
+        ("rank_source", "[mpirun]", "rank_source must be a lower_case word"),
     ],
 )
 def test_bad_row_fields_are_rejected(tmp_path: Path, field: str, value: str, message: str) -> None:

@@ -1,0 +1,118 @@
+"""Launcher/logger line formats around the failure text (issue 18 item 4, rank sources):
+Open MPI's mpirun/prterun summaries (the process that failed, `rank_source: "mpirun"`)
+and torch rank prefixes behind a timestamp / logger / worker lead. Each through the real
+scanner and policy; the shapes are those of public issue threads (tests/fixtures/real)."""
+
+from __future__ import annotations
+
+import pytest
+
+from restart_agent import decide
+from restart_agent.prefixes import split_prefix
+from tests._agent_helpers import scan_text
+
+BANNER = (
+    "Primary job  terminated normally, but 1 process returned\n"
+    "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+)
+FIRST = (
+    "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+    "the job to be terminated. The first process to do so was:\n\n"
+    "  Process name: [[35302,1],{rank}]\n  Exit code:    1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("signal", "cls", "role"),
+    [
+        ("9 (Killed)", "killed_sigkill", "root"),
+        ("11 (Segmentation fault)", "segfault", "root"),
+        ("7 (Bus error)", "sigbus", "root"),
+        ("4 (Illegal instruction)", "illegal_instruction", "root"),
+        ("6 (Aborted)", "abort", "cascade"),
+    ],
+)
+def test_mpirun_signal_summary_names_the_rank(signal: str, cls: str, role: str) -> None:
+    for launcher in ("mpirun", "prterun"):
+        line = f"{launcher} noticed that process rank 7 with PID 0 on node gpu03 exited on signal {signal}.\n"
+        v = decide(scan_text(line))
+        assert v.decision == "RESTART"
+        assert (v.primary.failure_class, v.primary.role) == (cls, role)
+        assert (v.primary.rank, v.primary.rank_source) == (7, "mpirun")
+        # behind the banner (a rankless cascade, earlier): the rank is still the one reported
+        v = decide(scan_text(BANNER + line))
+        assert (v.primary.rank, v.primary.rank_source) == (7, "mpirun")
+        assert "Open MPI" in v.basis and "reporter" not in v.basis
+
+
+def test_mpirun_sigterm_is_teardown_not_a_root() -> None:
+    line = "mpirun noticed that process rank 1 with PID 3 on node n2 exited on signal 15 (Terminated).\n"
+    ev = scan_text(line)
+    assert not ev.roots and ev.first_teardown_line == 1
+
+
+def test_first_process_block_names_the_rank_of_a_rankless_root() -> None:
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/proj/train.py", line 723, in <module>\n'
+        "    x = parts[0][0]\n"
+        "IndexError: list index out of range\n"
+    )
+    v = decide(scan_text(tb + BANNER + FIRST.format(rank=5)))
+    assert v.primary.failure_class == "python_index_error"
+    assert (v.primary.rank, v.primary.rank_source) == (5, "mpirun")
+
+
+def test_a_nonzero_exit_code_alone_is_a_cascade_that_names_the_failed_process() -> None:
+    v = decide(scan_text(BANNER + FIRST.format(rank=251)))
+    assert v.decision == "RESTART" and v.primary.role == "cascade"
+    assert (v.primary.rank, v.primary.rank_source) == (251, "mpirun")
+    assert not scan_text(BANNER + FIRST.format(rank=251)).roots
+
+
+def test_two_different_failed_processes_name_no_rank() -> None:
+    tb = "IndexError: list index out of range\n"
+    v = decide(scan_text(tb + FIRST.format(rank=1) + FIRST.format(rank=2)))
+    assert v.primary.rank is None
+
+
+@pytest.mark.parametrize(
+    "lead",
+    [
+        "2024-03-01 10:00:00,123 - ",
+        "2024-11-20 14:37:16 ",
+        "[2024-03-01 10:00:00] ",
+        "[2024-03-01 10:00:00]",
+        "I0301 10:00:00.123456 4711 train.py:88] ",
+        "(RayTrainWorker pid=43515) ",
+        "dinov2-giant-nodes.cn-d003.nolog [stderr] ",
+    ],
+)
+def test_rank_prefix_behind_a_timestamp_or_logger_lead(lead: str) -> None:
+    for prefix, rank in (("[rank3]:", 3), ("[rank 12]:", 12), ("[default5]:", 5)):
+        line = (
+            f"{lead}{prefix} torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+        )
+        split = split_prefix(line)
+        assert (split.rank, split.body) == (
+            rank,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        )
+        assert line[split.rank_at : split.rank_at + len(str(rank))] == str(rank)
+        ev = scan_text(line + "\n")
+        assert (ev.primary.rank, ev.primary.rank_source) == (rank, "prefix")
+        assert ev.primary.failure_class == "cuda_oom"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: failed on [rank3]: boom",  # quoted inside a message: ": " in the lead
+        "x" * 200 + " [rank3]: RuntimeError: boom",  # lead longer than MAX_LEAD
+        "abc[rank3]: RuntimeError: boom",  # glued to a word, not a lead
+        "2024-03-01 [rank3] RuntimeError: boom",  # no colon: not torch's prefix
+    ],
+)
+def test_no_lead_rank_prefix_where_it_is_not_one(line: str) -> None:
+    split = split_prefix(line)
+    assert split.rank is None and split.body == line
