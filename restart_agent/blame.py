@@ -17,15 +17,17 @@ rank):
    is the global one only on a single node),
 5. for a root line without a rank: a kernel line's PID (Xid, OOM killer) that an elastic
    exit report ties to a rank (`kernel`), else a line of the same failure class that names
-   a rank, else the one process Open MPI's mpirun/prterun summary reported failed
-   (`mpirun`), else the single failed process torch elastic reported,
+   a rank, else the one process a launcher's summary reported failed (Open MPI's
+   mpirun/prterun: `mpirun`; MPICH's mpiexec: `mpich`; torch.multiprocessing.spawn's
+   process index, on a single node only: `spawn`), else the single failed process torch
+   elastic reported,
 6. a collective-timeout cascade in which every rank but one timed out: the silent rank is
    the suspect (`silent_rank`); it goes before the launcher's first exit and torch
    elastic's reports when the rank they name only aborted (SIGABRT, the watchdog's own
    abort) or only logged cascades,
-7. else the earliest cascade, as the scanner chose it, on the one process an Open MPI
-   summary reported failed (`mpirun`: a non-zero exit code or a SIGABRT names that
-   process, it did not only report a peer's failure); else its rank is the rank that
+7. else the earliest cascade, as the scanner chose it, on the one process a launcher's
+   summary reported failed (`mpirun`, `mpich`, `spawn`: a non-zero exit code or a SIGABRT
+   names that process, it did not only report a peer's failure); else its rank is the rank that
    REPORTED the cascade (`rank_source: "cascade_reporter"`), a victim, not a blamed rank.
 """
 
@@ -47,7 +49,10 @@ REASONED_ENDS = ("preemption", "node_failure", "time_limit")
 SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
 # rank sources of a line that names the process that FAILED (not the rank that reported a
 # cascade): a cascade from such a line keeps its source and names that rank
-FAILED_PROCESS_SOURCES = ("mpirun",)
+FAILED_PROCESS_SOURCES = ("mpirun", "mpich", "spawn")
+# rank sources that hold a LOCAL rank (torch.multiprocessing.spawn's process index): the
+# global rank only on a single node, dropped elsewhere
+LOCAL_RANK_SOURCES = ("spawn",)
 
 
 def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:
@@ -159,10 +164,13 @@ def _failed_process(evidence: CycleEvidence) -> tuple[int, str] | None:
     """The one rank a launcher summary reported as the process that failed (Open MPI's
     `process rank N ... exited on signal` / `The first process to do so was: Process name:
     [[J,S],N]`), when it reported exactly one."""
+    local_ok = _single_node(evidence)
     found = {
         (x.rank, x.rank_source)
         for x in list(evidence.roots) + list(evidence.cascade_evidence)
-        if x.rank is not None and x.rank_source in FAILED_PROCESS_SOURCES
+        if x.rank is not None
+        and x.rank_source in FAILED_PROCESS_SOURCES
+        and (local_ok or x.rank_source not in LOCAL_RANK_SOURCES)
     }
     if len({r for r, _ in found}) != 1:
         return None
@@ -233,6 +241,22 @@ def pick_primary(
     evidence: CycleEvidence, fr_culprit_ranks: Sequence[int] | None = None
 ) -> tuple[Evidence | None, str]:
     """(primary evidence, why it was chosen), with its rank and `rank_source` filled in."""
+    primary, reason = _pick(evidence, fr_culprit_ranks)
+    if (
+        primary is not None
+        and primary.rank_source in LOCAL_RANK_SOURCES
+        and not _single_node(evidence)
+    ):
+        # a spawn index on a job seen on several nodes is a local rank: no global rank
+        return replace(primary, rank=None, rank_source=None), reason + (
+            "; its process index is a local rank on a multi-node job: no rank named"
+        )
+    return primary, reason
+
+
+def _pick(
+    evidence: CycleEvidence, fr_culprit_ranks: Sequence[int] | None = None
+) -> tuple[Evidence | None, str]:
     if fr_culprit_ranks:
         primary, reason = choose_primary(
             evidence.roots,

@@ -103,6 +103,8 @@ RANK_SOURCES = {
     "silent_rank": "the only rank that did not time out",
     "straggler": "the launcher's straggler scores: the rank stayed slow before the timeout",
     "mpirun": "Open MPI's mpirun/prterun summary of the process that failed",
+    "mpich": "MPICH's mpiexec (hydra/mpd) report of the process that failed",
+    "spawn": "torch.multiprocessing.spawn's process index (local rank, single node)",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)
