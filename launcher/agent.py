@@ -1002,10 +1002,12 @@ def launch(
     if settings.max_nodes > 1:
         return _launch(settings, out, sink_factory)
     try:
-        lock = job_lock.acquire(settings.job_dir)
-    except (job_lock.JobLocked, OSError) as exc:
+        lock, warning = job_lock.acquire(settings.job_dir)
+    except job_lock.JobLocked as exc:
         print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
         return LaunchResult(2)
+    if warning:
+        print(f"relaunch: warning: {warning}", file=out, flush=True)
     try:
         return _launch(settings, out, sink_factory)
     finally:

@@ -492,7 +492,7 @@ class HttpClient(AttributionClient):
         self.endpoint = endpoint
         self.poll_interval = poll_interval
         self.verdict_timeout = verdict_timeout
-        self._warned_register = False
+        self._warned_register: set[str] = set()
         super().__init__(on_verdict, on_warning)
 
     def _post(self, job_id: str, cycle: int, log_path: str, intent: str) -> None:
@@ -512,12 +512,12 @@ class HttpClient(AttributionClient):
         try:
             self._post(job_id, cycle, log_path, "track_only")
         except EndpointRefused as exc:  # it answered: say what it said, not "unreachable"
-            if not self._warned_register:
-                self._warned_register = True
+            if "refused" not in self._warned_register:  # once per kind of trouble
+                self._warned_register.add("refused")
                 self.on_warning(f"attribution endpoint {self.endpoint} refused the cycle: {exc}")
         except Exception as exc:
-            if not self._warned_register:
-                self._warned_register = True
+            if "unreachable" not in self._warned_register:
+                self._warned_register.add("unreachable")
                 self.on_warning(f"attribution endpoint {self.endpoint} unreachable: {exc}")
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:

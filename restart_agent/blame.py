@@ -61,7 +61,11 @@ def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:
 
 
 def _single_node(evidence: CycleEvidence) -> bool:
-    return len(evidence.nodes) <= 1 and len(evidence.ranks_seen) <= SINGLE_NODE_RANKS
+    """One node whose global ranks are its local ranks: one node name at most, and every
+    rank seen below SINGLE_NODE_RANKS (a later node's log shows ranks 8.. and its local
+    rank 3 is not global rank 3)."""
+    ranks = evidence.ranks_seen
+    return len(evidence.nodes) <= 1 and (not ranks or max(ranks) < SINGLE_NODE_RANKS)
 
 
 def _from_exit(e: ProcessExit, rank: int | None, why: str) -> Evidence:

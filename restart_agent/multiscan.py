@@ -16,7 +16,11 @@ traceback frame marker, the progress dialects' anchors). Two backends give the s
   the platform) or `RELAUNCH_NATIVE_SCAN=0`.
 
 `literal_scan()` picks the backend. Results are exact either way: every occurrence of an
-`every` literal (overlapping ones too), as (end offset, index), in no particular order.
+`every` literal, as (end offset, index), in no particular order. The one difference: where
+occurrences of two literals overlap (`SIGBUSSIGKILL` holds `SIGBUS` and `SIGKILL`) and the
+two share a first byte, the native pass reports both and a regex pass the one that starts
+first. A literal held inside another (`CUDA error` in `CUDA error: out of memory`) is
+always reported by both backends (the stdlib one searches it on its own).
 """
 
 from __future__ import annotations
@@ -52,6 +56,15 @@ class StdlibScan:
         by_first: dict[bytes, set[bytes]] = {}
         for lit in set(every) | only_once:
             by_first.setdefault(lit[:1], set()).add(lit)
+        # a literal held in another of its pass (`CUDA error` in `CUDA error: out of memory`)
+        # would be hidden by it (a regex pass reports one literal per position and goes on
+        # after it): it gets a chain of its own
+        for first, v in list(by_first.items()):
+            hidden = {x for x in v if any(x != y and x in y for y in v)}
+            if hidden and len(v) > 1:
+                by_first[first] = v - hidden
+                for i, x in enumerate(sorted(hidden)):
+                    by_first[first + b"\x00hidden%d" % i] = {x}
         alone = [next(iter(v)) for v in by_first.values() if len(v) == 1]
         # a literal alone with its first byte: a chain of backward rfinds (about twice the
         # speed of the regex engine's literal scan), or one `in` test for a `once` literal

@@ -54,6 +54,9 @@ def at_least(n: int, lookaround: bool = True) -> str:
     return "(?:" + alts[0] + rf"|(?=\d{{{length}}})(?:" + "|".join(alts[1:]) + r"))(?!\d)"
 
 
+NATIVE_MIN = 1 << 16  # regions from this size on use the native detector
+
+
 class RankCollector:
     """Collects ranks region by region; `ranks` is exact after every `region()` call."""
 
@@ -61,6 +64,7 @@ class RankCollector:
         self.ranks: set[int] = set()
         self._seen: list[set[int]] = [set() for _ in RANK_FORMATS]
         self._native: NativeSearch | None = None
+        self._plain = b""
         self._detector: re.Pattern[bytes] | None = self._build()
 
     def _build(self) -> re.Pattern[bytes] | None:
@@ -74,15 +78,21 @@ class RankCollector:
                 return None  # not exactly 0..n-1: fall back to findall everywhere
             alts.append(head[2:] + at_least(n).encode() + tail)  # head starts with \\n
             plain.append(head[2:] + at_least(n, lookaround=False).encode() + tail)
-        self._native = native_search(rb"\n(?:" + b"|".join(plain) + b")")
+        self._native = None  # compiled when a large region comes (see `region`)
+        self._plain = rb"\n(?:" + b"|".join(plain) + b")"
         return re.compile(rb"\n(?:" + b"|".join(alts) + b")")
 
     def region(self, region: bytes) -> None:
-        if self._native is not None:
-            if not self._native(region):
+        if self._detector is not None:
+            # the native search pays for its compile (~5 ms) only on large regions: a
+            # stream fed line by line, ranks still appearing, stays on `re`
+            if self._native is None and len(region) >= NATIVE_MIN:
+                self._native = native_search(self._plain)
+            if self._native is not None and len(region) >= NATIVE_MIN:
+                if not self._native(region):
+                    return
+            elif self._detector.search(region) is None:
                 return
-        elif self._detector is not None and self._detector.search(region) is None:
-            return
         changed = False
         for (_, _, full), seen in zip(RANK_FORMATS, self._seen, strict=True):
             found = full.findall(region)

@@ -69,6 +69,16 @@ def test_spawn_index_is_no_global_rank_on_a_multi_node_job() -> None:
     assert v.primary.rank is None and v.primary.rank_source is None
 
 
+def test_spawn_index_is_no_global_rank_on_a_later_nodes_log() -> None:
+    """A second node's log shows only its own ranks (8..11): few of them, but not 0..7, so
+    its process index 3 is global rank 11, not 3 (found in review: counting the ranks seen
+    took it for a single node)."""
+    ranks = "".join(f"[rank{r}]: step 100 loss 0.5\n" for r in range(8, 12))
+    v = decide(scan_text(ranks + TB + "Exception: process 3 terminated with signal SIGKILL\n"))
+    assert v.decision == "RESTART" and v.primary.failure_class == "killed_sigkill"
+    assert v.primary.rank is None and v.primary.rank_source is None
+
+
 @pytest.mark.parametrize(
     ("signal", "cls", "role"),
     # a SIGABRT is a cascade like the 'caused collective abort' line: the earlier one leads

@@ -71,19 +71,20 @@ def test_native_backend_reports_every_occurrence(seed: int) -> None:
 
 @needs_native
 def test_overlapping_occurrences() -> None:
-    """`SIGBUSSIGKILL` holds both signals: the native pass says so, the stdlib passes give
-    the leftmost of the two that start with the same byte (their documented difference)."""
-    text = b"\nkilled by SIGBUSSIGKILL\n"
-    every = (b"SIGBUS", b"BUSSIG")
+    """`SIGBUSIGKILL` holds `SIGBUS` and, overlapping it, `SIGKILL`: the native pass reports
+    both; the stdlib backend too when they start with different bytes (separate passes),
+    but one regex pass for a shared first byte goes on after `SIGBUS` and misses `SIGKILL`
+    (their one documented difference)."""
+    text = b"\nkilled by SIGBUSIGKILL\n"
+    every = (b"SIGBUS", b"BUSIG")
     native, _ = NativeScan(every, (), _hyperscan()).scan(text)
     stdlib, _ = StdlibScan(every, ()).scan(text)
-    assert sorted(native) == [(17, 0), (20, 1)]
-    assert sorted(stdlib) == [(17, 0), (20, 1)]  # different first bytes: separate passes
-    same_first = (b"SIGBUS", b"SIGBUSSIG")
+    assert sorted(native) == sorted(stdlib) == [(17, 0), (19, 1)]
+    same_first = (b"SIGBUS", b"SIGKILL")
     native, _ = NativeScan(same_first, (), _hyperscan()).scan(text)
     stdlib, _ = StdlibScan(same_first, ()).scan(text)
-    assert sorted(native) == [(17, 0), (20, 1)]
-    assert sorted(stdlib) == [(20, 1)]  # one regex pass: the longest at that position
+    assert sorted(native) == [(17, 0), (23, 1)]
+    assert sorted(stdlib) == [(17, 0)]
 
 
 def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,6 +95,24 @@ def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "1")
     expected = NativeScan if native_installed() else StdlibScan
     assert isinstance(literal_scan(EVERY, ONCE), expected)
+
+
+def test_the_native_rank_detector_is_built_only_for_large_regions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream fed in small pieces while ranks still appear would compile one database per
+    new rank (~5 ms each, found in review): small regions use `re`, the native search comes
+    with the first large region."""
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", "1")
+    r = RankCollector()
+    for i in range(50):
+        r.region(b"\n[rank%d]: x\n" % i)
+    assert r.ranks == set(range(50)) and r._native is None
+    big = b"\n" + b"[rank3]: step\n" * 8000 + b"[rank50]: x\n"
+    r.region(big)
+    assert 50 in r.ranks
+    r.region(b"\n" + b"[rank7]: step\n" * 8000)
+    assert (r._native is not None) == native_installed()
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
@@ -126,13 +145,14 @@ def test_native_rank_detector_agrees_with_its_regex(
     rnd = random.Random(seed)
     r = RankCollector()
     r.region(b"\n" + b"".join(b"[rank%d]: x\n" % i for i in range(rnd.randrange(1, 300))))
-    assert r._native is not None and r._detector is not None
+    native = native_search(r._plain)  # what a large region would be searched with
+    assert native is not None and r._detector is not None
     heads = [b"[rank%s]: ", b"[rank %s]: ", b"[default%s]: ", b"[1,%s]<stdout>: ", b"  %s: "]
     for _ in range(300):
         n = str(rnd.choice([0, 1, 9, 10, 99, 100, 299, 300, 1000, 10**6])).encode()
         n = rnd.choice([n, b"0" + n, b"00" + n])
         line = b"\n" + rnd.choice(heads) % n + b"x\n"
-        assert r._native(line) == (r._detector.search(line) is not None), line
+        assert native(line) == (r._detector.search(line) is not None), line
 
 
 @needs_native
@@ -152,3 +172,15 @@ def test_threads_scan_at_once_with_their_own_scratch() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(one, range(64)))
     assert got == [expected[i % len(texts)] for i in range(64)]
+
+
+def test_a_literal_inside_another_is_reported_by_both_backends() -> None:
+    """A pattern file with triggers `CUDA error` and `CUDA error: out of memory`: one regex
+    pass would report only the longer one at that position (found in review); the stdlib
+    backend searches the shorter one on its own, so a row keyed on it is still tried."""
+    every = (b"CUDA error", b"CUDA error: out of memory", b"CUDA")
+    text = b"\nx CUDA error: out of memory\nCUDA error: misaligned\n"
+    expected = _expected(text, every, ())
+    assert (sorted(StdlibScan(every, ()).scan(text)[0]), set()) == expected
+    if native_installed():
+        assert (sorted(NativeScan(every, (), _hyperscan()).scan(text)[0]), set()) == expected
