@@ -281,8 +281,23 @@ def settled(d):
     # entry is retired except the final op the main thread is blocked in (none if hung).
     pending = [e for e in d["entries"] if not e["retired"]]
     if final == "hang":
-        return not pending
-    return len(pending) == 1 and pending[0] is d["entries"][-1]
+        ok = not pending
+    else:
+        ok = len(pending) == 1 and pending[0] is d["entries"][-1]
+    if not ok:
+        return False
+    # pg_status is bumped after the retire (seen on a loaded machine: a retired barrier and
+    # all_reduce still counted as not completed there): wait until it counts them all
+    done = {}
+    for e in d["entries"]:
+        if e["retired"]:
+            pg = str(e["pg_id"])
+            done[pg] = max(done.get(pg, -1), int(e["collective_seq_id"]))
+    status = d.get("pg_status") or {}
+    return all(
+        int((status.get(pg) or {}).get("last_completed_collective", -1)) >= seq
+        for pg, seq in done.items()
+    )
 
 def dump(main_id):
     while not in_final_call(main_id):
