@@ -70,7 +70,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog=prog,
         description="Launch and supervise a fault-tolerant torch.distributed training job.",
-        epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error, "
+        epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error (or the job "
+        "already running on this host), "
         "3 stopped by a STOP verdict, 4 node unhealthy, 5 no progress (progress guard), "
         "6 this node's rendezvous failed, 128+N signal N. See docs/launcher.md.",
     )
