@@ -794,6 +794,6 @@ def test_run_help_names_every_exit_code_of_the_launcher() -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
         build_parser("relaunch run").parse_args(["--help"])
-    epilog = out.getvalue().split("Exit codes:", 1)[1]
+    epilog = " " + " ".join(out.getvalue().split("Exit codes:", 1)[1].split()) + " "  # unwrapped
     for code in sorted(codes):
         assert f" {code} " in epilog, (code, epilog)
