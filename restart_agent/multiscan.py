@@ -126,6 +126,14 @@ def _alternation(lits: set[bytes]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(x) for x in sorted(lits, key=lambda x: (-len(x), x))))
 
 
+def _thread_scratch(local: threading.local, hs: Any, db: Any) -> Any:
+    """This thread's Hyperscan scratch space for `db` (one per thread: Hyperscan's rule)."""
+    scratch = getattr(local, "scratch", None)
+    if scratch is None:
+        scratch = local.scratch = hs.Scratch(db)
+    return scratch
+
+
 class NativeScan:
     """One Hyperscan pass (see the module docstring). A compiled database is shared; each
     thread scans with its own scratch space (Hyperscan's rule)."""
@@ -150,9 +158,7 @@ class NativeScan:
         self._local = threading.local()
 
     def scan(self, region: bytes) -> tuple[Hits, set[int]]:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        scratch = _thread_scratch(self._local, self._hs, self._db)
         hits: Hits = []
         present: set[int] = set()
         append, add, n = hits.append, present.add, self._n
@@ -214,9 +220,7 @@ class NativeSearch:
         self._local = threading.local()
 
     def __call__(self, region: bytes) -> bool:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        scratch = _thread_scratch(self._local, self._hs, self._db)
         found: list[int] = []
         self._db.scan(
             region,
