@@ -11,6 +11,8 @@ upgrade. Bad URLs raise `StorageError` with a one-line message.
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,34 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{_WRITE_OPTION: True})
 
 
+def enable_wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> str:
+    """Switch the database of `cur` to WAL; return the journal mode it ends in.
+
+    Switching a rollback-journal file to WAL writes its header, and when another connection
+    holds the write lock SQLite answers "database is locked" at once, without calling the busy
+    handler (waiting could deadlock a reader that wants to write). That is what two processes
+    opening a brand-new database at the same moment meet, so the switch is retried here, for up
+    to `timeout_s`, each try in its own statement so that the lock held by this reader is let go
+    between tries. A file already in WAL (every open after the first) costs one read.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        try:
+            mode = str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if mode == "wal":
+                return mode
+            # A file system without shared memory keeps the old mode: SQLite says so, no error.
+            return str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
     memory = is_memory_sqlite(url)
     if not memory:
@@ -107,10 +137,10 @@ def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         try:
-            if not memory:
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            if not memory:
+                enable_wal(cur)
+                cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
         finally:
             cur.close()
