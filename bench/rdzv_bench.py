@@ -31,7 +31,9 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # no
 
 from launcher.rdzv_barrier import BarrierRendezvousHandler  # noqa: E402
 
-os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # as `relaunch run`
+# As `relaunch run`: the barrier hosts the workers' store of each round (launcher.worker_store),
+# so its group rank 0 binds one per round here too; torch's handler binds its own once.
+os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
 
 
 def _free_port() -> int:

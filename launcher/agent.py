@@ -966,10 +966,15 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
     )
 
 
+def uses_barrier(settings: RunSettings) -> bool:
+    """Whether the job rendezvous through `launcher.rdzv_barrier` (the default)."""
+    return settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier"
+
+
 def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> Any:
     """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
     (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
-    if settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier":
+    if uses_barrier(settings):
         from launcher.rdzv_barrier import BarrierRendezvousHandler
 
         return BarrierRendezvousHandler(
@@ -1019,11 +1024,13 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
-    # torch 2.13's c10d rendezvous shares one TCPStore across rounds and the workers reuse
-    # it without a per-attempt prefix, so after a restart gloo can read the dead cycle's
-    # addresses ("connectFullMesh failed ... Connection refused") or wait on them. A fresh
-    # store per round (rank 0 of the workers hosts it) avoids that; override by setting it.
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    if not uses_barrier(settings):
+        # torch 2.13's c10d rendezvous shares one TCPStore across rounds and the workers reuse
+        # it without a per-attempt prefix, so after a restart gloo can read the dead cycle's
+        # addresses ("connectFullMesh failed ... Connection refused") or wait on them. A fresh
+        # store per round (rank 0 of the workers hosts it) avoids that; override by setting it.
+        # The barrier rendezvous hosts a fresh one per round itself (launcher.worker_store).
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
     def attribution_factory(on_verdict: Any, on_warning: Any) -> AttributionClient:
         return make_client(

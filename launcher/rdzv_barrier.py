@@ -41,12 +41,12 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousHandler,
     RendezvousInfo,
     RendezvousParameters,
-    RendezvousStoreInfo,
     RendezvousTimeoutError,
 )
 
 from launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
 from launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
+from launcher.worker_store import WorkerStoreHost
 
 POLL_S = 0.5  # longest a waiter sleeps between checks (closing wakes it at once)
 
@@ -108,6 +108,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self.report: Callable[[str], None] = lambda text: None
         self.closed_reason: str | None = None
         self._acked = False
+        self._workers_store = WorkerStoreHost()
         cas(self._s, Keys.ROUND, "", "0")
         self._s.set(Keys.opened(0), "1")
         self._thread = threading.Thread(target=self._keep_alive, daemon=True, name="rdzv-ka")
@@ -120,7 +121,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
     @property
     def use_agent_store(self) -> bool:
-        return False
+        """True: the workers connect to the store this launcher hosts (`launcher.worker_store`)."""
+        return self._workers_store.shared
 
     def get_run_id(self) -> str:
         return self._params.run_id
@@ -156,6 +158,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
     def shutdown(self) -> bool:
         """Stop the keep-alive thread (joined: never left inside a store call at exit)."""
         self._stop.set()
+        self._workers_store.close()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.keep_alive_s + 5)
         return True
@@ -184,7 +187,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 slots = self._slots(r, result)
                 self._active = (r, result, slots)
                 store = PrefixStore(Keys.store_prefix(r), self._s)
-                info = RendezvousStoreInfo.build(mine.group_rank, store, self._params.local_addr)
+                info = self._workers_store.bootstrap(mine.group_rank, store, self._me.addr)
                 self.report(
                     f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
                     f" ({len(result) - world} standby)"

@@ -1,0 +1,77 @@
+"""The workers' store is hosted by the launcher (`launcher.worker_store`), one per round.
+
+Unit: the host binds a real TCPStore before it publishes the port, the other group ranks
+read the same port, a new round gets a fresh store, and `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`
+turns it off. End to end: a real `relaunch run` whose workers find the store listening before
+rank 0 reaches `init_process_group`, no key of the cycle before after a restart, and a
+working all-reduce.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from torch.distributed import PrefixStore, TCPStore
+
+from launcher.worker_store import WorkerStoreHost
+from tests._launcher_helpers import REPO, job_args, read_log, run_relaunch
+
+PROBE = REPO / "tests" / "workers" / "store_probe_job.py"
+
+
+@pytest.fixture
+def rdzv_store() -> TCPStore:
+    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                    timeout=timedelta(seconds=30))  # fmt: skip
+
+
+def _client(port: int) -> TCPStore:
+    return TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+
+
+def test_group_rank_zero_hosts_the_round_store_and_publishes_its_port(rdzv_store):
+    round0 = PrefixStore("round/0/", rdzv_store)
+    host, other = WorkerStoreHost(shared=True), WorkerStoreHost(shared=True)
+    info = host.bootstrap(0, round0, "127.0.0.1")
+    assert info.master_port == host.port  # the port published is the one already bound
+    client = _client(info.master_port)  # listening: a worker connects as a client
+    client.set("k", "v")
+    assert other.bootstrap(1, round0, "127.0.0.1").master_port == info.master_port
+    assert other.port is None  # only group rank 0 hosts
+
+    next_info = host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1")
+    fresh = _client(next_info.master_port)
+    assert not fresh.check(["k"])  # a restarted cycle never reads the keys of the one before
+
+
+def test_disabled_by_torch_env_leaves_the_port_to_worker_rank_zero(rdzv_store, monkeypatch):
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    host = WorkerStoreHost()
+    assert host.shared is False
+    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1")
+    assert host.port is None
+    assert 0 < info.master_port < 65536
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_workers_find_the_launchers_store_and_a_restart_gets_a_fresh_one(tmp_path: Path):
+    r = run_relaunch(
+        tmp_path,
+        job_args(tmp_path, "store", "--ft-attribution-endpoint", "off", "--max-restarts", "2")
+        + [str(PROBE)],
+        timeout=150,
+    )
+    assert r.returncode == 0, r.stderr
+    for cycle in (0, 1):
+        log = read_log(tmp_path, "store", cycle)
+        assert f"cycle {cycle}: the store was listening before init" in log
+        assert re.search(rf"rank 0 cycle {cycle} shared=True port=\d+", log), log
+        for rank in (0, 1):
+            assert f"rank {rank} cycle {cycle} keys of earlier cycles: []" in log
+    assert "rank 1 fails in cycle 0" in read_log(tmp_path, "store", 0)
+    log1 = read_log(tmp_path, "store", 1)
+    assert "rank 0 all-reduce 2" in log1 and "rank 1 all-reduce 2" in log1
