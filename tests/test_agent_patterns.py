@@ -113,6 +113,7 @@ NON_MATCHES = [
     "Saving model checkpoint to /out/checkpoint-500",
     "the model handles KeyErrors gracefully",
     "WARNING: ECC mode is enabled on all GPUs",
+    "error: argument list too long",  # not argparse: no program name, not its wording
 ]
 
 
