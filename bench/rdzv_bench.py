@@ -13,7 +13,6 @@ medians, and the ratios (barrier / torch) are what to read.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import sys
@@ -31,9 +30,9 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # no
 
 from launcher.rdzv_barrier import BarrierRendezvousHandler  # noqa: E402
 
-# As `relaunch run`: the barrier hosts the workers' store of each round (launcher.worker_store),
-# so its group rank 0 binds one per round here too; torch's handler binds its own once.
-os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+# As `relaunch run`: the barrier's group rank 0 binds the workers' store of each round
+# (launcher.worker_store) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set; torch's handler
+# binds its own once.
 
 
 def _free_port() -> int:

@@ -1005,7 +1005,8 @@ def launch(
     same job on this host gets exit 2."""
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     if settings.max_nodes > 1:
-        return _launch(settings, out, sink_factory)
+        with _torch_store_sharing_off(settings):
+            return _launch(settings, out, sink_factory)
     try:
         lock, warning = job_lock.acquire(settings.job_dir)
     except job_lock.JobLocked as exc:
@@ -1014,9 +1015,32 @@ def launch(
     if warning:
         print(f"relaunch: warning: {warning}", file=out, flush=True)
     try:
-        return _launch(settings, out, sink_factory)
+        with _torch_store_sharing_off(settings):
+            return _launch(settings, out, sink_factory)
     finally:
         job_lock.release(lock)
+
+
+@contextlib.contextmanager
+def _torch_store_sharing_off(settings: RunSettings) -> Iterator[None]:
+    """`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` for this launch when torch's rendezvous runs it.
+
+    torch 2.13's c10d rendezvous shares one TCPStore across rounds and the workers reuse it
+    without a per-attempt prefix, so after a restart gloo can read the dead cycle's addresses
+    ("connectFullMesh failed ... Connection refused") or wait on them; with sharing off,
+    worker rank 0 hosts a fresh store per round. The barrier rendezvous hosts a fresh one per
+    round itself (`launcher.worker_store`). A value the user set is kept; the one set here is
+    removed afterwards, so a later in-process launch does not inherit it.
+    """
+    key = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+    if uses_barrier(settings) or key in os.environ:
+        yield
+        return
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
 
 
 def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResult:
@@ -1024,13 +1048,6 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
-    if not uses_barrier(settings):
-        # torch 2.13's c10d rendezvous shares one TCPStore across rounds and the workers reuse
-        # it without a per-attempt prefix, so after a restart gloo can read the dead cycle's
-        # addresses ("connectFullMesh failed ... Connection refused") or wait on them. A fresh
-        # store per round (rank 0 of the workers hosts it) avoids that; override by setting it.
-        # The barrier rendezvous hosts a fresh one per round itself (launcher.worker_store).
-        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 
     def attribution_factory(on_verdict: Any, on_warning: Any) -> AttributionClient:
         return make_client(
@@ -1071,6 +1088,8 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
         )
         if hasattr(spec.rdzv_handler, "report") and settings.max_nodes > 1:  # node roles
             spec.rdzv_handler.report = agent.say
+        if hasattr(spec.rdzv_handler, "warn"):  # e.g. the workers' store fell back
+            spec.rdzv_handler.warn = agent._warn
         _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
     except SignalException as exc:  # before the agent ran (building the rendezvous)

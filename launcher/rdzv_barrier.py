@@ -108,7 +108,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self.report: Callable[[str], None] = lambda text: None
         self.closed_reason: str | None = None
         self._acked = False
-        self._workers_store = WorkerStoreHost()
+        self.warn: Callable[[str], None] = lambda text: None  # the agent's warning line
+        self._workers_store = WorkerStoreHost(warn=lambda text: self.warn(text))
         cas(self._s, Keys.ROUND, "", "0")
         self._s.set(Keys.opened(0), "1")
         self._thread = threading.Thread(target=self._keep_alive, daemon=True, name="rdzv-ka")
@@ -194,6 +195,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 )
                 return RendezvousInfo(store, mine.group_rank, world, info)
             self._was_active = False
+            self._workers_store.close()  # a former group rank 0 keeps no old store open
             self.report(
                 f"rendezvous round {r}: standby (hot spare), reserved rank {mine.group_rank}; "
                 "waiting for an active node to fail"

@@ -1,41 +1,55 @@
 """The workers' store of one rendezvous round, hosted by the launcher of group rank 0.
 
-Workers bootstrap `torch.distributed` (env://) from MASTER_ADDR:MASTER_PORT. Left to torch
-elastic, the launcher picks a free port, closes it, and worker rank 0 binds it seconds later
-when it reaches `init_process_group`: on a host shared with other jobs that port can be taken
-in between (the cycle fails with EADDRINUSE and spends a restart), or another job that was
-handed the same number can find this job's store and join it. Here the launcher of group
-rank 0 binds a fresh `TCPStore` server (port 0: the kernel's choice, never raced) for every
-round it is active in and keeps it until the next round, and tells the workers to connect to
-it as clients (`TORCHELASTIC_USE_AGENT_STORE=True`, as torch's dynamic rendezvous does). A
-fresh server per round means a restarted cycle never reads keys of the one before.
+Workers bootstrap `torch.distributed` (env://) from MASTER_ADDR:MASTER_PORT. With a rendezvous
+that does not share its store, torch elastic picks a free port, closes it, and worker rank 0
+binds it seconds later when it reaches `init_process_group`: on a host shared with other jobs
+that port can be taken in between (the cycle fails with EADDRINUSE and spends a restart), or
+another job handed the same number can find this job's store and join it. Here the launcher
+of group rank 0 binds a fresh `TCPStore` server (port 0: the kernel's choice, never raced) for
+every round it is active in and keeps it until it next joins the rendezvous, and tells the
+workers to connect to it as clients (`TORCHELASTIC_USE_AGENT_STORE=True`, the mechanism of
+torch's dynamic rendezvous). A fresh server per round means a restarted cycle never reads
+keys of the one before (torch 2.13's shared store keeps them).
 
-`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (torch's spelling) restores the old behaviour, for a
-workload that creates its own master store on MASTER_PORT.
+If the server cannot start (its address does not resolve or connect from this host), the
+round falls back to worker rank 0 hosting, with a warning: as before, never worse.
+`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (torch's spelling) asks for that fallback always, for a
+workload that binds MASTER_PORT itself (its own master TCPStore, a non-torch coordinator).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousStoreInfo
 
 DISABLE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-SERVER_TIMEOUT = timedelta(minutes=30)
+# How long the new server's own client may take to connect to it (torch connects one to
+# `addr`): a host that cannot reach its own address falls back instead of hanging.
+SELF_CONNECT_TIMEOUT = timedelta(seconds=30)
 
 
-def sharing_enabled() -> bool:
+def sharing_enabled(env: dict[str, str] | None = None) -> bool:
     """Whether the launcher hosts the workers' store (default) or worker rank 0 does."""
-    return os.environ.get(DISABLE_ENV, "0") != "1"
+    return (os.environ if env is None else env).get(DISABLE_ENV, "0") != "1"
 
 
 class WorkerStoreHost:
     """Hosts (on group rank 0) the workers' store of the current round; one per launcher."""
 
-    def __init__(self, shared: bool | None = None) -> None:
-        self.shared = sharing_enabled() if shared is None else shared
+    def __init__(
+        self,
+        shared: bool | None = None,
+        warn: Callable[[str], None] | None = None,
+        server_factory: Callable[..., TCPStore] = TCPStore,
+    ) -> None:
+        self.wanted = sharing_enabled() if shared is None else shared
+        self.shared = self.wanted  # this round's answer (False after a fallback)
+        self.warn = warn or (lambda text: None)
+        self._server_factory = server_factory
         self._server: TCPStore | None = None
 
     @property
@@ -47,22 +61,33 @@ class WorkerStoreHost:
         """The MASTER_ADDR/MASTER_PORT of this round, agreed through `round_store`.
 
         Group rank 0 binds the round's server first (when sharing) and publishes its port;
-        the others read it. The previous round's server, if this launcher hosted one, is
-        closed: its workers are gone by the time a new round is joined.
+        the others read it. Only global rank 0 (on group rank 0) would ever host, so nodes
+        that disagree on sharing still meet.
         """
         self.close()
+        self.shared = self.wanted
         server_port: int | None = None
-        if self.shared and group_rank == 0:
-            self._server = TCPStore(
-                host_name=addr,
-                port=0,
-                is_master=True,
-                wait_for_workers=False,
-                timeout=SERVER_TIMEOUT,
-            )
-            server_port = self._server.port
+        if self.wanted and group_rank == 0:
+            try:
+                self._server = self._server_factory(
+                    host_name=addr,
+                    port=0,
+                    is_master=True,
+                    wait_for_workers=False,
+                    timeout=SELF_CONNECT_TIMEOUT,
+                    use_libuv=os.environ.get("USE_LIBUV", "1") != "0",
+                )
+                server_port = self._server.port
+            except (RuntimeError, ValueError) as exc:  # DistError / DistNetworkError included
+                self.shared = False
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                self.warn(
+                    f"cannot host the workers' store at {addr} ({first}); "
+                    "worker rank 0 hosts it this round"
+                )
         return RendezvousStoreInfo.build(group_rank, round_store, addr, server_port=server_port)
 
     def close(self) -> None:
-        """Drop the hosted server (the port is released when torch frees it)."""
+        """Drop the hosted server: called when this launcher joins the next round (its
+        workers are stopped by then), becomes a standby, or shuts down."""
         self._server = None

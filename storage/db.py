@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,11 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{_WRITE_OPTION: True})
 
 
-def enable_wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> str:
+def enable_wal(
+    cur: Any,
+    timeout_s: float = SQLITE_BUSY_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Switch the database of `cur` to WAL; return the journal mode it ends in.
 
     Switching a rollback-journal file to WAL writes its header, and when another connection
@@ -95,7 +100,9 @@ def enable_wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> str:
     handler (waiting could deadlock a reader that wants to write). That is what two processes
     opening a brand-new database at the same moment meet, so the switch is retried here, for up
     to `timeout_s`, each try in its own statement so that the lock held by this reader is let go
-    between tries. A file already in WAL (every open after the first) costs one read.
+    between tries. A file already in WAL (every open after the first) costs one read. The
+    read itself waits through the busy handler, so the worst case is about twice `timeout_s`;
+    only "locked"/"busy" errors are retried, the last one is raised as SQLite gave it.
     """
     deadline = time.monotonic() + timeout_s
     pause = 0.005
@@ -111,7 +118,7 @@ def enable_wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> str:
                 raise
             if time.monotonic() >= deadline:
                 raise
-        time.sleep(pause)
+        sleep(pause)
         pause = min(pause * 2, 0.1)
 
 

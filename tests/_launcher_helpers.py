@@ -18,6 +18,7 @@ def relaunch_env(tmp_path: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
     env["RELAUNCH_HOME"] = str(tmp_path / "home")
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the launcher's own default applies
     return env
 
 

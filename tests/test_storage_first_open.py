@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-import storage.db
 from storage import open_repository
 from storage.db import enable_wal
 from tests._storage_helpers import REPO_ROOT, infra_log, sqlite_url
@@ -37,7 +36,7 @@ def _hold_write_lock(path: Path, *, with_table: bool) -> sqlite3.Connection:
 
 
 @pytest.mark.parametrize("with_table", [False, True], ids=["empty-file", "rollback-file"])
-def test_wal_switch_waits_for_the_writer_instead_of_failing(tmp_path, monkeypatch, with_table):
+def test_wal_switch_waits_for_the_writer_instead_of_failing(tmp_path, with_table):
     path = tmp_path / "new.db"
     holder = _hold_write_lock(path, with_table=with_table)
     pauses: list[float] = []
@@ -47,10 +46,9 @@ def test_wal_switch_waits_for_the_writer_instead_of_failing(tmp_path, monkeypatc
         if holder.in_transaction:
             holder.execute("COMMIT")  # the other process finishes its own first write
 
-    monkeypatch.setattr(storage.db.time, "sleep", release_on_first_pause)
     conn = sqlite3.connect(path, timeout=5, isolation_level=None)
     try:
-        assert enable_wal(conn.cursor()) == "wal"
+        assert enable_wal(conn.cursor(), sleep=release_on_first_pause) == "wal"
     finally:
         conn.close()
         holder.close()
@@ -59,14 +57,13 @@ def test_wal_switch_waits_for_the_writer_instead_of_failing(tmp_path, monkeypatc
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_wal_switch_gives_up_after_its_timeout_with_the_sqlite_error(tmp_path, monkeypatch):
+def test_wal_switch_gives_up_after_its_timeout_with_the_sqlite_error(tmp_path):
     path = tmp_path / "held.db"
     holder = _hold_write_lock(path, with_table=True)
-    monkeypatch.setattr(storage.db.time, "sleep", lambda _s: None)
     conn = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            enable_wal(conn.cursor(), timeout_s=0.05)
+            enable_wal(conn.cursor(), timeout_s=0.05, sleep=lambda _s: None)
     finally:
         conn.close()
         holder.execute("COMMIT")
@@ -139,8 +136,11 @@ def test_analyze_on_a_new_database_another_process_is_writing_records_its_verdic
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
+        # Polling for a state, not a timing assumption. Nothing else in `analyze` sleeps with
+        # the file open before the WAL switch, so "open and sleeping" means "waiting for it".
         while proc.poll() is None and not (_has_open(proc.pid, path) and _sleeping(proc.pid)):
-            time.sleep(0.01)  # polling for a state, not a timing assumption
+            time.sleep(0.01)
+        assert proc.poll() is None, "analyze ended before it waited for the lock"
         holder.execute("COMMIT")
         out, _ = proc.communicate(timeout=300)
     finally:

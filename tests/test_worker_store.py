@@ -1,8 +1,9 @@
 """The workers' store is hosted by the launcher (`launcher.worker_store`), one per round.
 
 Unit: the host binds a real TCPStore before it publishes the port, the other group ranks
-read the same port, a new round gets a fresh store, and `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`
-turns it off. End to end: a real `relaunch run` whose workers find the store listening before
+read the same port, a new round gets a fresh store and the old one is closed, a server that
+cannot start falls back to worker rank 0 with a warning, and
+`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` turns it off. End to end: a real `relaunch run` whose workers find the store listening before
 rank 0 reaches `init_process_group`, no key of the cycle before after a restart, and a
 working all-reduce.
 """
@@ -10,11 +11,12 @@ working all-reduce.
 from __future__ import annotations
 
 import re
+import socket
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from torch.distributed import PrefixStore, TCPStore
+from torch.distributed import DistNetworkError, PrefixStore, TCPStore
 
 from launcher.worker_store import WorkerStoreHost
 from tests._launcher_helpers import REPO, job_args, read_log, run_relaunch
@@ -45,6 +47,45 @@ def test_group_rank_zero_hosts_the_round_store_and_publishes_its_port(rdzv_store
     next_info = host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1")
     fresh = _client(next_info.master_port)
     assert not fresh.check(["k"])  # a restarted cycle never reads the keys of the one before
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_the_old_server_is_gone_once_the_launcher_moves_on(rdzv_store):
+    host = WorkerStoreHost(shared=True)
+    old = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1").master_port
+    client = _client(old)  # a worker of round 0 still connected does not keep it alive
+    new = host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1").master_port
+    if new != old:  # the kernel may hand the freed number out again
+        assert _refused(old)
+    host.close()  # standby, or shutdown
+    assert host.port is None and _refused(new)
+    del client
+
+
+def test_a_server_that_cannot_start_falls_back_to_worker_rank_zero_with_a_warning(rdzv_store):
+    def cannot_connect_to_itself(**_kw: object) -> TCPStore:
+        raise DistNetworkError("failed to connect to node0.example:0 (timed out)")
+
+    warnings: list[str] = []
+    host = WorkerStoreHost(shared=True, warn=warnings.append,
+                           server_factory=cannot_connect_to_itself)  # fmt: skip
+    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "node0.example")
+    assert host.shared is False and host.port is None  # workers are told: rank 0 hosts
+    assert 0 < info.master_port < 65536 and info.master_addr == "node0.example"
+    assert warnings == [
+        "cannot host the workers' store at node0.example (failed to connect to node0.example:0 "
+        "(timed out)); worker rank 0 hosts it this round"
+    ]
+    host._server_factory = TCPStore  # the next round tries again
+    host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1")
+    assert host.shared is True and host.port is not None
 
 
 def test_disabled_by_torch_env_leaves_the_port_to_worker_rank_zero(rdzv_store, monkeypatch):
