@@ -7,7 +7,7 @@ before its cycle 1 is analysed.
 
     python tests/_real_corpus_driver.py < argvs.json   # -> JSON list of {rc, stdout, stderr}
     python tests/_real_corpus_driver.py --report       # table and counts, every corpus
-    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | holdout2)
+    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | holdout2 | holdout3)
 
 Run it by path (not `-m`) so that `relaunch_cli` comes from PYTHONPATH, not the cwd.
 """
@@ -25,12 +25,13 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Corpus name -> directory holding `labels.yaml` and one `<id>.log` per case. `real` is the
-# training corpus the analyzer was tuned on; `holdout` and `holdout2` were each collected and
-# labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
+# training corpus the analyzer was tuned on; `holdout`, `holdout2` and `holdout3` were each collected
+# and labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
 CORPORA = {
     "real": FIXTURES / "real",
     "holdout": FIXTURES / "real_holdout",
     "holdout2": FIXTURES / "real_holdout2",
+    "holdout3": FIXTURES / "real_holdout3",
 }
 
 
