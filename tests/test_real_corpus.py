@@ -49,7 +49,7 @@ FIELDS = {
     "rank",
     "why",
 }
-OPTIONAL = {"xfail"}
+OPTIONAL = {"xfail", "blind_expected_first", "blind_expected_recurrence", "relabelled"}
 DECISIONS = {"STOP", "RESTART"}
 DOMAINS = {"workload", "infrastructure"}
 ID_RE = re.compile(r"^[a-z0-9_]+$")
