@@ -56,10 +56,12 @@ from launcher.console import Console
 from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from launcher.exit_times import ExitTimes
 from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from launcher.rdzv_node import uses_barrier
 from launcher.result import LaunchResult
 from launcher.straggler_scores import StragglerReports
 from launcher.timeouts_auto import AutoTimeouts, effective
 from launcher.validate import attribution_token
+from launcher.worker_store import DISABLE_ENV
 from restart_agent.model import JobState
 
 EXIT_OK = 0
@@ -966,11 +968,6 @@ def build_spec(settings: RunSettings) -> WorkerSpec:
     )
 
 
-def uses_barrier(settings: RunSettings) -> bool:
-    """Whether the job rendezvous through `launcher.rdzv_barrier` (the default)."""
-    return settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier"
-
-
 def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> Any:
     """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
     (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
@@ -1032,15 +1029,14 @@ def _torch_store_sharing_off(settings: RunSettings) -> Iterator[None]:
     round itself (`launcher.worker_store`). A value the user set is kept; the one set here is
     removed afterwards, so a later in-process launch does not inherit it.
     """
-    key = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-    if uses_barrier(settings) or key in os.environ:
+    if uses_barrier(settings) or DISABLE_ENV in os.environ:
         yield
         return
-    os.environ[key] = "1"
+    os.environ[DISABLE_ENV] = "1"
     try:
         yield
     finally:
-        os.environ.pop(key, None)
+        os.environ.pop(DISABLE_ENV, None)
 
 
 def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResult:

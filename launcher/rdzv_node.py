@@ -9,6 +9,7 @@
   ClusterUUID from NVML (`nvmlDeviceGetGpuFabricInfoV`, else `nvmlDeviceGetGpuFabricInfo`;
   all GPUs of the node must agree), overridden by `RELAUNCH_SEGMENT_ID` or by the first
   line of the file named by `RELAUNCH_SEGMENT_ID_FILE` (CPU machines, tests).
+- `uses_barrier(settings)`: whether the job rendezvous through `launcher.rdzv_barrier`.
 - `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above,
   the numeric `--rdzv-conf` values the barrier rendezvous reads).
 """
@@ -157,6 +158,11 @@ def check_conf(conf: str) -> None:
             raise ValueError(f"--rdzv-conf {key}={value!r}: must be >= {low}")
 
 
+def uses_barrier(settings: Any) -> bool:
+    """Whether the job rendezvous through `launcher.rdzv_barrier` (the default)."""
+    return bool(settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier")
+
+
 def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     """Config-time checks of the rendezvous options; fills `settings.infra_rank` and
     `settings.segment_id`. Raises ValueError (one line)."""
@@ -164,7 +170,7 @@ def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     s = settings
     s.infra_rank = None
     s.segment_id = None
-    barrier = s.ft_rdzv_impl == "barrier" and s.rdzv_backend == "c10d"
+    barrier = uses_barrier(s)
     if barrier and s.rdzv_conf:
         check_conf(s.rdzv_conf)
     if s.ft_segment is not None:

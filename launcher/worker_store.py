@@ -32,9 +32,9 @@ DISABLE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 SELF_CONNECT_TIMEOUT = timedelta(seconds=30)
 
 
-def sharing_enabled(env: dict[str, str] | None = None) -> bool:
+def sharing_enabled() -> bool:
     """Whether the launcher hosts the workers' store (default) or worker rank 0 does."""
-    return (os.environ if env is None else env).get(DISABLE_ENV, "0") != "1"
+    return os.environ.get(DISABLE_ENV, "0") != "1"
 
 
 class WorkerStoreHost:
