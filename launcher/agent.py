@@ -166,6 +166,24 @@ def _raise_signal(signum: int, frame: Any) -> None:
     raise SignalException(f"process {os.getpid()} got signal {signum}", sig)
 
 
+def signal_behind(exc: BaseException) -> SignalException | None:
+    """The `SignalException` that `exc` is, or that it masks.
+
+    A signal raises where the interpreter happens to be. Inside torch elastic's metrics
+    wrapper (`@prof`) that can be `start = time.time()`, before `start` is bound; the
+    wrapper's `finally` then fails with UnboundLocalError, which replaces the signal, the
+    signal surviving only as its `__context__`. Such an exception is still the signal.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, SignalException):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def install_signal_handlers() -> dict[signal.Signals, Any]:
     """From the launcher's first moment (before elastic installs the same handlers when
     workers start), SIGINT/SIGTERM/SIGHUP/SIGQUIT end the job through `run_job`'s path:
@@ -834,10 +852,6 @@ class RelaunchAgent(LocalElasticAgent):
             self.terminal = JobState.STOPPED  # the progress guard's decision is job-wide
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
             self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
-        except SignalException as exc:  # elastic already stopped the workers with it
-            self._signal_seen = True
-            code = 128 + int(exc.sigval)
-            self.say(f"received {exc.sigval.name}; workers stopped")
         except RendezvousClosedError:
             note = "the rendezvous was closed by another node (the job ended there)"
             reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
@@ -849,6 +863,13 @@ class RelaunchAgent(LocalElasticAgent):
             code = EXIT_RENDEZVOUS
             note = f"rendezvous failed on this node: {exc}"
             self.say(note)
+        except Exception as exc:  # a signal (elastic stopped the workers), maybe masked
+            sig = signal_behind(exc)
+            if sig is None:
+                raise
+            self._signal_seen = True
+            code = 128 + int(sig.sigval)
+            self.say(f"received {sig.sigval.name}; workers stopped")
         finally:
             st = self._state
             if st is not None and not st.ended:
