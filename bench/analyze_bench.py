@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from restart_agent.policy import decide
-from restart_agent.scanner import scan_file
+from relaunch.restart_agent.policy import decide
+from relaunch.restart_agent.scanner import scan_file
 t1 = time.perf_counter()
 ev = scan_file(sys.argv[1])
 t2 = time.perf_counter()
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     size_wanted = args.size or DEFAULT_SIZE[args.shape]
     sys.path.insert(0, str(ROOT))
-    from restart_agent.registry import default_registry
+    from relaunch.restart_agent.registry import default_registry
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     shape = "" if args.shape == "default" else f"{args.shape}_"

@@ -32,9 +32,9 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 from _timing import timed_median  # noqa: E402  (bench/ is on sys.path as the script dir)
 
-import storage  # noqa: E402
-from attribution.notify.slack import SlackConfig, SlackNotifier  # noqa: E402
-from storage import dashboard_queries  # noqa: E402
+from relaunch import storage  # noqa: E402
+from relaunch.attribution.notify.slack import SlackConfig, SlackNotifier  # noqa: E402
+from relaunch.storage import dashboard_queries  # noqa: E402
 from tests._slack_server import SlackServer  # noqa: E402
 from tests._web_helpers import DashboardServer, _ev, make_verdict  # noqa: E402
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from _timing import timed_median  # noqa: E402  (bench/ is on sys.path as the script dir)
 
-from restart_agent.llm import LLMConfig, enrich, grounding, prompt  # noqa: E402
+from relaunch.restart_agent.llm import LLMConfig, enrich, grounding, prompt  # noqa: E402
 from tests._llm_helpers import answer, make_verdict, write_log  # noqa: E402
 from tests._llm_server import LLMServer  # noqa: E402
 
@@ -114,11 +114,11 @@ def _verdict_latency(
     server: LLMServer, key: Path, log: Path, line: int, repeat: int
 ) -> dict[str, Any]:
     try:
-        from attribution.core.engine import AttributionEngine
+        from relaunch.attribution.core.engine import AttributionEngine
     except ImportError as exc:
-        return {"skipped": f"attribution.core.engine not importable: {exc}"}
-    from attribution.core.enrichment import EnrichmentListener
-    from storage import open_repository
+        return {"skipped": f"relaunch.attribution.core.engine not importable: {exc}"}
+    from relaunch.attribution.core.enrichment import EnrichmentListener
+    from relaunch.storage import open_repository
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = open_repository(f"sqlite:///{tmp}/b.db")

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.funnel.client import FunnelSink  # noqa: E402
-from launcher.funnel.server import FunnelServer  # noqa: E402
+from relaunch.launcher.funnel.client import FunnelSink  # noqa: E402
+from relaunch.launcher.funnel.server import FunnelServer  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def bench_nodes(root: Path, n_lines: int, nodes: int) -> float:
     with FunnelServer(root) as server:
         procs = {
             node: subprocess.Popen(
-                [sys.executable, "-m", "launcher.funnel", "send", "--address", server.address,
+                [sys.executable, "-m", "relaunch.launcher.funnel", "send", "--address", server.address,
                  "--path", "shared.log", "--node-id", node],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             )
@@ -90,7 +90,7 @@ def bench_nodes(root: Path, n_lines: int, nodes: int) -> float:
 
 
 def bench_preflight(repeat: int = 5) -> float:
-    from launcher.health import NvmlOptions, preflight
+    from relaunch.launcher.health import NvmlOptions, preflight
 
     t0 = time.perf_counter()
     for _ in range(repeat):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
-from launcher.rdzv_barrier import BarrierRendezvousHandler  # noqa: E402
+from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler  # noqa: E402
 
 # As `relaunch run`: the barrier's group rank 0 binds the workers' store of each round
 # (launcher.worker_store) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set; torch's handler

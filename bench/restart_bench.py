@@ -69,7 +69,7 @@ def _command(
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", *common,
                 str(script), str(record), str(die_after)]  # fmt: skip
     extra = ["--ft-attribution-endpoint", "off"] if kind == "relaunch-off" else []
-    return [sys.executable, "-m", "relaunch_cli", "run", *common, "--log-dir", str(logs),
+    return [sys.executable, "-m", "relaunch.cli", "run", *common, "--log-dir", str(logs),
             "--job-id", f"{kind}-{trial}", "--ft-gpu-health", "off", "--workers-stop-timeout", "15",
             *extra, str(script), str(record), str(die_after)]  # fmt: skip
 

@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-import storage  # noqa: E402
-from attribution.core.engine import AttributionEngine  # noqa: E402
-from storage.service_queries import bulk_insert_cycles, find_cycle_by_log_path  # noqa: E402
+from relaunch import storage  # noqa: E402
+from relaunch.attribution.core.engine import AttributionEngine  # noqa: E402
+from relaunch.storage.service_queries import bulk_insert_cycles, find_cycle_by_log_path  # noqa: E402
 from tests._service_helpers import start_service  # noqa: E402
 
 CLASSES = ["cuda_oom", "nccl_watchdog_timeout", "python_syntax_error", "xid_error", "ecc_error"]

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._timing import timed_median  # noqa: E402
-from launcher.straggler_worker import StragglerTimer  # noqa: E402
+from relaunch.launcher.straggler_worker import StragglerTimer  # noqa: E402
 
 
 def main() -> int:

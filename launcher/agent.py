@@ -48,21 +48,21 @@ from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _dyn_rdzv
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
-from attribution.core.terminal import safe_text
-from launcher import facts, job_lock, jobwide, progress_guard
-from launcher.attribution_client import AttributionClient, VerdictInfo, make_client
-from launcher.config import RunSettings
-from launcher.console import Console
-from launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
-from launcher.exit_times import ExitTimes
-from launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
-from launcher.rdzv_node import uses_barrier
-from launcher.result import LaunchResult
-from launcher.straggler_scores import StragglerReports
-from launcher.timeouts_auto import AutoTimeouts, effective
-from launcher.validate import attribution_token
-from launcher.worker_store import DISABLE_ENV
-from restart_agent.model import JobState
+from relaunch.attribution.core.terminal import safe_text
+from relaunch.launcher import facts, job_lock, jobwide, progress_guard
+from relaunch.launcher.attribution_client import AttributionClient, VerdictInfo, make_client
+from relaunch.launcher.config import RunSettings
+from relaunch.launcher.console import Console
+from relaunch.launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
+from relaunch.launcher.exit_times import ExitTimes
+from relaunch.launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from relaunch.launcher.rdzv_node import uses_barrier
+from relaunch.launcher.result import LaunchResult
+from relaunch.launcher.straggler_scores import StragglerReports
+from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
+from relaunch.launcher.validate import attribution_token
+from relaunch.launcher.worker_store import DISABLE_ENV
+from relaunch.restart_agent.model import JobState
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # workers failed and the restart budget is spent
@@ -74,7 +74,6 @@ EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.pr
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class _StopJob(Exception):
@@ -279,7 +278,9 @@ class RelaunchAgent(LocalElasticAgent):
             else None
         )
         self._stored_next = self.attribution.stored_next_cycle(settings.job_id)
-        from launcher.health.runtime import RuntimeHealth  # health during the run, exclusion file
+        from relaunch.launcher.health.runtime import (
+            RuntimeHealth,  # health during the run, exclusion file
+        )
 
         self._health = RuntimeHealth(settings, self.say, self._event)
 
@@ -534,7 +535,7 @@ class RelaunchAgent(LocalElasticAgent):
         endpoint = s.ft_node_health_check_endpoint or None
         if s.ft_gpu_health == "off" and endpoint is None:
             return
-        from launcher.health import preflight
+        from relaunch.launcher.health import preflight
 
         report = preflight(
             gpu=s.ft_gpu_health != "off",
@@ -583,7 +584,7 @@ class RelaunchAgent(LocalElasticAgent):
     def _record_exclusion(self, report: Any) -> None:
         """The verdict of the cycle that just ended records that this node leaves the job
         (sent with that cycle's analysis); a JSON copy goes next to the cycle logs."""
-        from launcher.health import exclusion_record, write_record
+        from relaunch.launcher.health import exclusion_record, write_record
 
         cycle, record = exclusion_record(
             report, last_cycle=self._cycle_no, node_index=self._last_node
@@ -948,14 +949,6 @@ class RelaunchAgent(LocalElasticAgent):
             self._heartbeats.close()
 
 
-def _worker_pythonpath() -> None:
-    """Make `launcher.client` importable in the workers without installing the project."""
-    current = os.environ.get("PYTHONPATH", "")
-    parts = [p for p in current.split(os.pathsep) if p]
-    if _REPO_ROOT not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([*parts, _REPO_ROOT])
-
-
 def build_spec(settings: RunSettings) -> WorkerSpec:
     """The elastic WorkerSpec and rendezvous handler (c10d by default), as torchrun does."""
     rdzv_configs: dict[str, Any] = dict(_parse_rendezvous_config(settings.rdzv_conf))
@@ -993,7 +986,7 @@ def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> An
     """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
     (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
     if uses_barrier(settings):
-        from launcher.rdzv_barrier import BarrierRendezvousHandler
+        from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
 
         return BarrierRendezvousHandler(
             params,
@@ -1006,7 +999,7 @@ def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> An
 
 def funnel_sink_factory(address: str) -> Any:
     """Cycle logs to the gRPC log funnel writer at `address` (its root: the job dir)."""
-    from launcher.funnel import FunnelSink
+    from relaunch.launcher.funnel import FunnelSink
 
     def make(path: str, cycle: int, node: int | None) -> LineSink:
         return FunnelSink(address, Path(path).name, node_id=f"node{node or 0}")
@@ -1061,7 +1054,6 @@ def _torch_store_sharing_off(settings: RunSettings) -> Iterator[None]:
 
 
 def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResult:
-    _worker_pythonpath()
     if "OMP_NUM_THREADS" not in os.environ and settings.nproc_per_node > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
@@ -1087,7 +1079,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
     try:
         spec = build_spec(settings)
         if settings.numa_binding:
-            from launcher.numa import NumaError, apply_numa_binding
+            from relaunch.launcher.numa import NumaError, apply_numa_binding
 
             try:
                 line = apply_numa_binding(spec, settings.numa_binding, settings.nproc_per_node)
@@ -1127,7 +1119,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
         if agent is not None:
             handler = agent._worker_group.spec.rdzv_handler
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                from launcher.rdzv_barrier import on_exit
+                from relaunch.launcher.rdzv_barrier import on_exit
 
                 on_exit(handler, agent.terminal)
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 if TYPE_CHECKING:
-    from attribution.core.engine import AttributionEngine, VerdictEvent
-    from restart_agent.model import Verdict
+    from relaunch.attribution.core.engine import AttributionEngine, VerdictEvent
+    from relaunch.restart_agent.model import Verdict
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ def _from_verdict(cycle: int, verdict: Verdict, source: str) -> VerdictInfo:
 
 def _from_verdict_dict(cycle: int, verdict: dict[str, Any], source: str) -> VerdictInfo:
     """A verdict in its JSON form (the LLM enrichment's result, embedded mode only)."""
-    from restart_agent.model import Decision
+    from relaunch.restart_agent.model import Decision
 
     try:
         decision = Decision(str(verdict.get("decision") or "RESTART").upper())
@@ -386,9 +386,9 @@ class EmbeddedClient(AttributionClient):
         self._submit(self._open, gated=False, budget=OPEN_BUDGET_S)
 
     def _open(self) -> None:
-        from attribution.core.engine import AttributionEngine
-        from attribution.core.listeners import install_listeners
-        from storage import open_repository
+        from relaunch.attribution.core.engine import AttributionEngine
+        from relaunch.attribution.core.listeners import install_listeners
+        from relaunch.storage import open_repository
 
         self._repo = open_repository(self.db_url)
         self._engine = AttributionEngine(self._repo, policy=self._policy, audit_dir=self.audit_dir)
@@ -401,7 +401,7 @@ class EmbeddedClient(AttributionClient):
 
     def _llm_result(self, event: VerdictEvent, result: dict[str, Any]) -> None:
         """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""
-        from restart_agent.model import Decision  # embedded mode: the agent is loaded
+        from relaunch.restart_agent.model import Decision  # embedded mode: the agent is loaded
 
         llm = result.get("llm") or {}
         if (

@@ -2,7 +2,7 @@
 
 Use it from the training script (stdlib only, cheap to import, safe outside the launcher):
 
-    from launcher.client import heartbeat, section, report_progress, start_heartbeat
+    from relaunch.client import heartbeat, section, report_progress, start_heartbeat
 
     start_heartbeat(interval=5.0)          # optional background heartbeat thread
     for it in range(start, steps):
@@ -11,7 +11,7 @@ Use it from the training script (stdlib only, cheap to import, safe outside the 
         heartbeat()                         # explicit heartbeat
         report_progress(iteration=it, checkpoint=path_or_None)
 
-    from launcher.client import straggler   # straggler detection (docs/straggler.md)
+    from relaunch.client import straggler   # straggler detection (docs/straggler.md)
     with straggler.section("fwd"):         # timed per rank, summarised per report interval
         loss = model(batch)
 
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from launcher.straggler_worker import StragglerTimer
+from relaunch.launcher.straggler_worker import StragglerTimer
 
 __all__ = [
     "heartbeat",

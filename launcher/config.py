@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from attribution.core.policy_config import POLICY_OPTIONS, build_policy
-from launcher.config_values import (
+from relaunch.attribution.core.policy_config import POLICY_OPTIONS, build_policy
+from relaunch.launcher.config_values import (
     ConfigError,
     boolean,
     endpoint_spec,
@@ -43,10 +43,10 @@ from launcher.config_values import (
     segment_size,
     std_spec,
 )
-from launcher.config_yaml import load_yaml as _load_yaml
-from launcher.straggler_scores import report_interval_value, threshold_value
-from launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
-from storage import job_id as job_id_rule
+from relaunch.launcher.config_yaml import load_yaml as _load_yaml
+from relaunch.launcher.straggler_scores import report_interval_value, threshold_value
+from relaunch.launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
+from relaunch.storage import job_id as job_id_rule
 
 STOP_ACTIONS = ("log", "no-restart")
 # NVRx's default: node health checked every 5 s while workers run, when any check applies
@@ -533,7 +533,7 @@ class RunSettings:
         return build_policy({p.dest: getattr(self, p.dest) for p in POLICY_OPTIONS})
 
     def console_spec(self) -> Any:  # -> launcher.console.ConsoleSpec
-        from launcher.console import ConsoleSpec, parse_ranks_filter, parse_std
+        from relaunch.launcher.console import ConsoleSpec, parse_ranks_filter, parse_std
 
         return ConsoleSpec(
             redirects=parse_std(self.redirects),
@@ -648,7 +648,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
             f"--ft-log-funnel {settings.ft_log_funnel!r}: expected HOST:PORT or unix:/PATH"
         )
     if settings.ft_node_health_check_endpoint:
-        from launcher.health.external import normalize_endpoint
+        from relaunch.launcher.health.external import normalize_endpoint
 
         try:
             normalize_endpoint(settings.ft_node_health_check_endpoint)
@@ -657,7 +657,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     _check_health_options(settings)
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
-    from launcher import rdzv_node
+    from relaunch.launcher import rdzv_node
 
     try:
         rdzv_node.check(settings)  # --ft-segment, --ft-use-infra-group-rank
@@ -675,7 +675,7 @@ _RANK = {"default": 0, "yaml": 1, "cli": 2}
 
 def _check_health_options(s: RunSettings) -> None:
     """One-line errors for the run-time health options (launcher.health.options)."""
-    from launcher.health.options import check_options
+    from relaunch.launcher.health.options import check_options
 
     try:
         check_options(s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from attribution.core.policy_config import MAX_VALUE, bounded_int
+from relaunch.attribution.core.policy_config import MAX_VALUE, bounded_int
 
 
 class ConfigError(ValueError):
@@ -104,20 +104,20 @@ def section_timeouts(text: str) -> dict[str, float]:
 
 
 def std_spec(text: str) -> str:
-    from launcher.console import parse_std
+    from relaunch.launcher.console import parse_std
 
     parse_std(text)
     return str(text).strip()
 
 
 def ranks_filter_spec(text: str) -> str:
-    from launcher.console import parse_ranks_filter
+    from relaunch.launcher.console import parse_ranks_filter
 
     return ",".join(map(str, sorted(parse_ranks_filter(text))))
 
 
 def prefix_template(text: str) -> str:
-    from launcher.console import check_template
+    from relaunch.launcher.console import check_template
 
     return check_template(str(text))
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from launcher.config_values import ConfigError
+from relaunch.launcher.config_values import ConfigError
 
 if TYPE_CHECKING:
-    from launcher.config import Option
+    from relaunch.launcher.config import Option
 
 NULLABLE = ("ft_heartbeat_timeout", "ft_initial_heartbeat_timeout")  # `null`: no timeout
 
 
 def _alias_table() -> dict[str, Any]:
-    text = resources.files("launcher").joinpath("config_aliases.yaml").read_text("utf-8")
+    text = resources.files("relaunch.launcher").joinpath("config_aliases.yaml").read_text("utf-8")
     return yaml.safe_load(text) or {}
 
 

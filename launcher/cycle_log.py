@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
 if TYPE_CHECKING:
-    from launcher.console import Console
+    from relaunch.launcher.console import Console
 
 LAUNCHER_PREFIX = "[relaunch] "
 MAX_LINE_BYTES = 1 << 20  # a longer line is cut into pieces of this size, each prefixed

@@ -1,6 +1,6 @@
 """The launcher side of worker supervision: receive heartbeats, find hung ranks.
 
-Workers (through `launcher.client`) send small JSON datagrams to a Unix datagram socket
+Workers (through `relaunch.client`) send small JSON datagrams to a Unix datagram socket
 whose path the launcher passes in `RELAUNCH_FT_SOCKET`. `HeartbeatServer` owns the socket
 and a receiver thread; `RankMonitor` keeps, per cycle, each rank's last heartbeat and
 open section and answers "which rank is hung?". Progress reports are handed to a

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.sysfs import format_cpulist, parse_cpulist, read_text, sysfs_root
+from relaunch.launcher.sysfs import format_cpulist, parse_cpulist, read_text, sysfs_root
 
 MODES = ("node", "socket", "exclusive", "core-complex")
 ENV_PLAN = "RELAUNCH_NUMA_PLAN"
@@ -149,7 +149,7 @@ def apply_numa_binding(spec: Any, mode: str, nproc: int) -> str:
         raise NumaError("--numa-binding without GPUs needs a command entrypoint (not --run-path)")
     plan = plan_binding(mode, nproc)
     os.environ[ENV_PLAN] = json.dumps({str(r): format_cpulist(c) for r, c in plan.items()})
-    spec.args = ("-m", "launcher.numa_exec", spec.entrypoint, *spec.args)
+    spec.args = ("-m", "relaunch.launcher.numa_exec", spec.entrypoint, *spec.args)
     spec.entrypoint = sys.executable
     shown = ", ".join(f"{r}->{format_cpulist(c)}" for r, c in plan.items())
     return f"NUMA binding {mode} from sysfs (local rank -> CPUs): {shown}"

@@ -10,18 +10,18 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.numa import ENV_PLAN, cpus_for_local_rank
+from relaunch.launcher.numa import ENV_PLAN, cpus_for_local_rank
 
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("launcher.numa_exec: no command to run", file=sys.stderr)
+        print("relaunch.launcher.numa_exec: no command to run", file=sys.stderr)
         return 2
     try:
         cpus = cpus_for_local_rank()
         os.sched_setaffinity(0, cpus)
     except (KeyError, ValueError, OSError) as exc:
-        print(f"launcher.numa_exec: cannot bind from {ENV_PLAN}: {exc}", file=sys.stderr)
+        print(f"relaunch.launcher.numa_exec: cannot bind from {ENV_PLAN}: {exc}", file=sys.stderr)
         return 1
     os.execvp(argv[0], argv)
     return 1  # not reached

@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from attribution.core.policy_config import MAX_VALUE
-from launcher import facts
+from relaunch.attribution.core.policy_config import MAX_VALUE
+from relaunch.launcher import facts
 
 EXCHANGE_TIMEOUT_S = 300.0  # the other nodes left the same rendezvous round just now
 _KEY = "relaunch/progress"

@@ -44,9 +44,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
-from launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
-from launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
-from launcher.worker_store import WorkerStoreHost
+from relaunch.launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
+from relaunch.launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
+from relaunch.launcher.worker_store import WorkerStoreHost
 
 POLL_S = 0.5  # longest a waiter sleeps between checks (closing wakes it at once)
 

@@ -100,7 +100,7 @@ def segment_id(env: Mapping[str, str]) -> tuple[str, str]:
         return _checked_segment(env[SEGMENT_ENV].strip(), SEGMENT_ENV)
     path = env.get(SEGMENT_FILE_ENV, "").strip()
     if path:
-        from launcher.safe_read import read_small_text
+        from relaunch.launcher.safe_read import read_small_text
 
         try:  # a regular file only, read without blocking and bounded (a FIFO would hang)
             text = read_small_text(path, limit=64 * 1024)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.attribution_client import VerdictInfo
+from relaunch.launcher.attribution_client import VerdictInfo
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from attribution.core.background import BackgroundQueue
+from relaunch.attribution.core.background import BackgroundQueue
 
 log = logging.getLogger(__name__)
 

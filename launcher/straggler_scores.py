@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.facts import fact
-from launcher.straggler_exchange import ExchangeThread, StoreExchange
+from relaunch.launcher.facts import fact
+from relaunch.launcher.straggler_exchange import ExchangeThread, StoreExchange
 
 MIN_REPORTS = 2  # consecutive reports below the threshold that name a straggler
 STALE_AFTER = (
@@ -316,7 +316,7 @@ class StragglerReports:
     ) -> None:
         """`store`, `nodes`: the round's rendezvous store and node count; with more than one
         node and a store, ranks of every node are scored together (`node` is the index)."""
-        from launcher.straggler_worker import ENV_INTERVAL
+        from relaunch.launcher.straggler_worker import ENV_INTERVAL
 
         environ[ENV_INTERVAL] = f"{self.interval_s:g}"
         if self.interval_s <= 0:

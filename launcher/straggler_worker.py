@@ -1,6 +1,6 @@
 """Worker-side straggler timing: `with straggler.section("fwd"):` times named sections.
 
-Stdlib only (imported by `launcher.client`). Each rank times its named sections and, once
+Stdlib only (imported by `relaunch.client`). Each rank times its named sections and, once
 per report interval (`RELAUNCH_STRAGGLER_INTERVAL` seconds, set by `relaunch run`), sends
 one summary datagram over the heartbeat socket: per section the count, median, minimum
 and total duration in nanoseconds. The check for "interval over" happens when a section
@@ -119,7 +119,7 @@ def _median(values: list[int]) -> int:
 class StragglerTimer:
     """Times named sections of one rank and sends a summary every `interval_s` seconds.
 
-    `send(kind, **fields)` is `launcher.client`'s datagram sender. `interval_s` None reads
+    `send(kind, **fields)` is `relaunch.client`'s datagram sender. `interval_s` None reads
     `RELAUNCH_STRAGGLER_INTERVAL`; 0 (or no launcher) turns timing off.
     """
 

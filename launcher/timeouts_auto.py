@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.safe_read import loads_json, read_small_text
+from relaunch.launcher.safe_read import loads_json, read_small_text
 
 DEFAULT_SAFETY_FACTOR = 5.0  # NVRx's FaultToleranceConfig.safety_factor
 # observations needed before a value replaces the explicit one (NVRx needs two heartbeats:
@@ -300,7 +300,7 @@ class AutoTimeouts:
 
     def fact(self, cycle: int, eff: Effective) -> str:
         """The `timeouts` fact of a cycle: the values its monitor uses."""
-        from launcher import facts
+        from relaunch.launcher import facts
 
         return facts.fact(
             "timeouts",

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.config import ConfigError, RunSettings
+from relaunch.launcher.config import ConfigError, RunSettings
 
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
 
 
 def check_db_url(url: str) -> None:
     """The embedded history database can be opened with this URL (not connected yet)."""
-    from storage.db import StorageError, make_engine
+    from relaunch.storage.db import StorageError, make_engine
 
     try:
         engine = make_engine(url)
@@ -33,7 +33,7 @@ def check_db_url(url: str) -> None:
 def check_audit_key() -> None:
     """The audit artifacts' HMAC key ($RELAUNCH_AUDIT_HMAC_KEY_FILE), when set, is usable:
     otherwise every artifact of the job would be written unsigned."""
-    from attribution.core.audit import HMAC_KEY_ENV, KeyFileError, key_from_env
+    from relaunch.attribution.core.audit import HMAC_KEY_ENV, KeyFileError, key_from_env
 
     try:
         key_from_env()
@@ -44,7 +44,7 @@ def check_audit_key() -> None:
 def attribution_token(settings: RunSettings) -> str | None:
     """The bearer token for an http/unix attribution endpoint (`--ft-attribution-token-file`),
     None without one; an unusable file is a ConfigError."""
-    from restart_agent.secret_file import TokenFileError, read_token_file
+    from relaunch.restart_agent.secret_file import TokenFileError, read_token_file
 
     path = settings.ft_attribution_token_file
     if not path or settings.ft_attribution_endpoint in ("embedded", "off"):

@@ -1,7 +1,7 @@
-"""Allow `python -m relaunch_cli`."""
+"""Allow `python -m relaunch.cli`."""
 
 import sys
 
-from relaunch_cli.main import main
+from relaunch.cli.main import main
 
 sys.exit(main())

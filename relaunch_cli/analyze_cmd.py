@@ -24,12 +24,12 @@ import json
 import sys
 from typing import Any
 
-from attribution.core.terminal import safe_line, safe_text
-from relaunch_cli import llm_options
-from relaunch_cli.cli_args import MAX_INT32, ArgumentParser, bounded_int
-from relaunch_cli.errors import UserError
-from relaunch_cli.log_source import ReadLog, read_log
-from storage import job_id as job_id_rule
+from relaunch.attribution.core.terminal import safe_line, safe_text
+from relaunch.cli import llm_options
+from relaunch.cli.cli_args import MAX_INT32, ArgumentParser, bounded_int
+from relaunch.cli.errors import UserError
+from relaunch.cli.log_source import ReadLog, read_log
+from relaunch.storage import job_id as job_id_rule
 
 EXIT_BAD_INPUT = 2
 EXIT_DB = 3
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
             return _analyze(args, llm_config, log)
-        from storage import StorageError
+        from relaunch.storage import StorageError
 
         try:
             return _analyze(args, llm_config, log)
@@ -101,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
-    from attribution.core.engine import AttributionEngine
+    from relaunch.attribution.core.engine import AttributionEngine
 
     repo = None
     cycle = args.cycle
     if args.db is not None:
-        from storage import open_repository
+        from relaunch.storage import open_repository
 
         repo = open_repository(args.db)
         if cycle is None:
@@ -149,7 +149,7 @@ def _enrich(
 ) -> dict[str, Any]:
     """Optional LLM enrichment (`--llm` flags): never turns a verdict into an error."""
     try:
-        from restart_agent import llm
+        from relaunch.restart_agent import llm
 
         if text_path is None:
             raise RuntimeError("the log's text is not in a file")
@@ -245,7 +245,7 @@ def format_text(v: dict[str, Any]) -> str:
             lines.append(f"  {e.get('line'):>8}{rank} {e.get('failure_class')}: {e.get('text')}")
     llm = v.get("llm") or {}
     if llm.get("status") is not None:  # an LLM ran (--llm): its own summary
-        from restart_agent.llm import format_text as llm_text
+        from relaunch.restart_agent.llm import format_text as llm_text
 
         lines.extend(llm_text(v).splitlines())
     else:

@@ -16,9 +16,9 @@ import argparse
 import json
 from typing import Any
 
-from attribution.core.terminal import safe_text
-from relaunch_cli.cli_args import ArgumentParser
-from relaunch_cli.errors import UserError
+from relaunch.attribution.core.terminal import safe_text
+from relaunch.cli.cli_args import ArgumentParser
+from relaunch.cli.errors import UserError
 
 EXIT_DIFFERENCE = 1
 
@@ -48,7 +48,12 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attribution.core.audit import AuditFormatError, KeyFileError, read_key_file, recheck
+    from relaunch.attribution.core.audit import (
+        AuditFormatError,
+        KeyFileError,
+        read_key_file,
+        recheck,
+    )
 
     key = None
     if args.hmac_key_file:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from attribution.core.terminal import safe_line
+from relaunch.attribution.core.terminal import safe_line
 
 EXIT_USAGE = 2
 # PostgreSQL INTEGER: the widest cycle number every supported database stores.

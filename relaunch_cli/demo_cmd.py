@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from relaunch_cli.errors import UserError
+from relaunch.cli.errors import UserError
 
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "launcher" / "demo" / "train.py"
 
@@ -31,8 +31,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher import config
-    from launcher.agent import EXIT_STOPPED, launch
+    from relaunch.launcher import config
+    from relaunch.launcher.agent import EXIT_STOPPED, launch
 
     if args.iterations < 30:
         raise UserError("--iterations must be >= 30 (the workload bug sits at iteration 23)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attribution.core.terminal import safe_line
+from relaunch.attribution.core.terminal import safe_line
 
 
 class UserError(Exception):

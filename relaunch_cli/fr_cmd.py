@@ -14,8 +14,8 @@ import json
 import os
 import sys
 
-from relaunch_cli.cli_args import ArgumentParser, bounded_int
-from relaunch_cli.errors import UserError
+from relaunch.cli.cli_args import ArgumentParser, bounded_int
+from relaunch.cli.errors import UserError
 
 MAX_WORKERS = 256
 
@@ -38,7 +38,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attribution.fr import NoDumpsError, analyze_paths, render_text
+    from relaunch.attribution.fr import NoDumpsError, analyze_paths, render_text
 
     # a link named on the command line is the user's choice: read its target (which must
     # still be a regular file); links found inside directories are never followed

@@ -17,7 +17,7 @@ import argparse
 import os
 from typing import Any
 
-from relaunch_cli.errors import UserError
+from relaunch.cli.errors import UserError
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONTEXT_TOKENS = 8192
@@ -109,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> Any | None:
         return None
     if not model:
         raise UserError("--ft-llm-base-url needs --ft-llm-model NAME")
-    from restart_agent.llm import LLMConfig, LLMConfigError
+    from relaunch.restart_agent.llm import LLMConfig, LLMConfigError
 
     try:
         config = LLMConfig(

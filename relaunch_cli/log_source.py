@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from relaunch_cli.errors import UserError
-from relaunch_cli.progress import ProgressBar
+from relaunch.cli.errors import UserError
+from relaunch.cli.progress import ProgressBar
 
 EXIT_BAD_INPUT = 2
 CHUNK = 1 << 20
@@ -192,7 +192,7 @@ def read_log(
 
     With `spool`, text that is not a plain file (stdin, gzip) is also copied to a
     temporary file (`ReadLog.text_path`; the caller calls `discard()`)."""
-    from restart_agent.scanner import LogScanner
+    from relaunch.restart_agent.scanner import LogScanner
 
     stdin = path == "-"
     if stdin:

@@ -12,20 +12,20 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from relaunch_cli.errors import UserError
+from relaunch.cli.errors import UserError
 
 # name -> (module, one-line help). Order is the order shown in `relaunch --help`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("relaunch_cli.run_cmd", "launch and supervise a fault-tolerant training job"),
+    "run": ("relaunch.cli.run_cmd", "launch and supervise a fault-tolerant training job"),
     "analyze": (
-        "relaunch_cli.analyze_cmd",
+        "relaunch.cli.analyze_cmd",
         "analyse one cycle log and print a STOP/RESTART verdict",
     ),
-    "fr": ("relaunch_cli.fr_cmd", "analyse NCCL Flight Recorder dumps and name culprit ranks"),
-    "serve": ("relaunch_cli.serve_cmd", "run the attribution service and dashboard"),
-    "mcp": ("relaunch_cli.mcp_cmd", "run the MCP server for agents (stdio, or --http)"),
-    "audit": ("relaunch_cli.audit_cmd", "re-check an audit artifact against its recorded inputs"),
-    "demo": ("relaunch_cli.demo_cmd", "run the end-to-end demo job on this machine"),
+    "fr": ("relaunch.cli.fr_cmd", "analyse NCCL Flight Recorder dumps and name culprit ranks"),
+    "serve": ("relaunch.cli.serve_cmd", "run the attribution service and dashboard"),
+    "mcp": ("relaunch.cli.mcp_cmd", "run the MCP server for agents (stdio, or --http)"),
+    "audit": ("relaunch.cli.audit_cmd", "re-check an audit artifact against its recorded inputs"),
+    "demo": ("relaunch.cli.demo_cmd", "run the end-to-end demo job on this machine"),
 }
 
 EXIT_USAGE = 2

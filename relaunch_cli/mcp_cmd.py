@@ -14,9 +14,9 @@ import logging
 import os
 import sys
 
-from relaunch_cli.cli_args import ArgumentParser, bounded_int
-from relaunch_cli.errors import UserError
-from relaunch_cli.token_file import read_token
+from relaunch.cli.cli_args import ArgumentParser, bounded_int
+from relaunch.cli.errors import UserError
+from relaunch.cli.token_file import read_token
 
 DEFAULT_PORT = 8765
 
@@ -86,8 +86,8 @@ def _check(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     roots = _check(args)
     token = read_token(args.token_file) if args.token_file else None
-    import storage
-    from attribution.mcp.server import build_server
+    from relaunch import storage
+    from relaunch.attribution.mcp.server import build_server
 
     try:
         repo = storage.open_repository(args.db)
@@ -112,7 +112,7 @@ def _serve_http(server: object, args: argparse.Namespace, token: str | None) -> 
 
     import uvicorn
 
-    from attribution.mcp.server import http_app
+    from relaunch.attribution.mcp.server import http_app
 
     try:
         sock = socket.create_server(

@@ -16,8 +16,8 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from relaunch_cli import llm_options
-from relaunch_cli.errors import UserError
+from relaunch.cli import llm_options
+from relaunch.cli.errors import UserError
 
 EXIT_USAGE = 2
 
@@ -65,7 +65,7 @@ def _install_early_handlers() -> None:
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     _install_early_handlers()
-    from launcher import config
+    from relaunch.launcher import config
 
     parser = _OneLineParser(
         prog=prog,
@@ -91,7 +91,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSettings
     """Resolve defaults < YAML < CLI; raises UserError on a bad config."""
-    from launcher import config
+    from relaunch.launcher import config
 
     cli = {k: v for k, v in vars(args).items() if k not in ("ft_cfg_path",)}
     try:
@@ -109,7 +109,7 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
         ) from None
     if not os.access(settings.job_dir, os.W_OK):
         raise UserError(f"log folder is not writable: {settings.job_dir}")
-    from launcher.validate import check_settings
+    from relaunch.launcher.validate import check_settings
 
     try:
         check_settings(settings)  # every option that points somewhere, before any worker
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         for warning in settings.warnings:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
-        from launcher.agent import launch
+        from relaunch.launcher.agent import launch
 
         return launch(settings).exit_code
     except _Interrupted as exc:

@@ -12,10 +12,10 @@ import os
 import socket
 from pathlib import Path
 
-from relaunch_cli import llm_options, slack_options
-from relaunch_cli.cli_args import ArgumentParser, bounded_float, bounded_int
-from relaunch_cli.errors import UserError
-from relaunch_cli.token_file import read_token
+from relaunch.cli import llm_options, slack_options
+from relaunch.cli.cli_args import ArgumentParser, bounded_float, bounded_int
+from relaunch.cli.errors import UserError
+from relaunch.cli.token_file import read_token
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8570
@@ -124,7 +124,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
     """The verdict thresholds, named as `relaunch run`'s `--ft-*` flags without `ft-`."""
-    from attribution.core.policy_config import POLICY_OPTIONS
+    from relaunch.attribution.core.policy_config import POLICY_OPTIONS
 
     for opt in POLICY_OPTIONS:
         flags = [f"--{opt.name}", f"--{opt.name.replace('-', '_')}"]
@@ -138,7 +138,7 @@ def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def policy_from_args(args: argparse.Namespace):  # -> restart_agent.model.PolicyConfig
-    from attribution.core.policy_config import POLICY_OPTIONS, build_policy
+    from relaunch.attribution.core.policy_config import POLICY_OPTIONS, build_policy
 
     values = {o.dest: getattr(args, o.dest, None) for o in POLICY_OPTIONS}
     try:
@@ -160,7 +160,7 @@ def default_dashboard_url(args: argparse.Namespace) -> str | None:
 
 
 def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
-    from attribution.service.settings import ServiceSettings
+    from relaunch.attribution.service.settings import ServiceSettings
 
     roots = []
     for r in args.allowed_root:
@@ -208,12 +208,17 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from attribution.service.app import create_app
-    from storage import StorageError
+    from relaunch.attribution.service.app import create_app
+    from relaunch.storage import StorageError
 
     level = args.log_level.upper()
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("attribution", "storage", "restart_agent", "web"):
+    for name in (
+        "relaunch.attribution",
+        "relaunch.storage",
+        "relaunch.restart_agent",
+        "relaunch.web",
+    ):
         logging.getLogger(name).setLevel(level)
     settings = settings_from_args(args)
     _use_audit_key(args.audit_hmac_key_file)
@@ -256,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
 def _use_audit_key(path: str | None) -> None:
     """Check the audit HMAC key file now (exit 2 if unusable) and hand it to the audit
     writer through $RELAUNCH_AUDIT_HMAC_KEY_FILE."""
-    from attribution.core.audit import HMAC_KEY_ENV, KeyFileError, read_key_file
+    from relaunch.attribution.core.audit import HMAC_KEY_ENV, KeyFileError, read_key_file
 
     path = path or os.environ.get(HMAC_KEY_ENV)
     if not path:

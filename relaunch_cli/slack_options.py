@@ -12,15 +12,15 @@ import argparse
 import os
 from collections.abc import Iterable, Mapping
 
-from attribution.notify.slack import (
+from relaunch.attribution.notify.slack import (
     DEFAULT_BASE_URL,
     ENV_TOKEN,
     TRIGGERS,
     SlackConfig,
     SlackNotifier,
 )
-from relaunch_cli.errors import UserError
-from restart_agent.secret_file import read_token_file
+from relaunch.cli.errors import UserError
+from relaunch.restart_agent.secret_file import read_token_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,8 +3,8 @@ CLI: `restart_agent.secret_file` with its errors as one-line usage errors."""
 
 from __future__ import annotations
 
-from relaunch_cli.errors import UserError
-from restart_agent.secret_file import TokenFileError, read_token_file
+from relaunch.cli.errors import UserError
+from relaunch.restart_agent.secret_file import TokenFileError, read_token_file
 
 
 def read_token(path: str, option: str = "--token-file") -> str:

@@ -11,8 +11,8 @@ Public API (stable; other packages use only these):
 - the model types in `restart_agent.model`
 """
 
-from restart_agent.analyze import analyze_file
-from restart_agent.model import (
+from relaunch.restart_agent.analyze import analyze_file
+from relaunch.restart_agent.model import (
     CascadeGroup,
     CycleEvidence,
     Evidence,
@@ -22,8 +22,8 @@ from restart_agent.model import (
     Progress,
     Verdict,
 )
-from restart_agent.policy import decide
-from restart_agent.scanner import LogScanner, scan_file
+from relaunch.restart_agent.policy import decide
+from relaunch.restart_agent.scanner import LogScanner, scan_file
 
 __all__ = [
     "CascadeGroup",

@@ -6,9 +6,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from restart_agent.model import PolicyConfig, PriorCycle, Verdict
-from restart_agent.policy import decide
-from restart_agent.scanner import scan_file
+from relaunch.restart_agent.model import PolicyConfig, PriorCycle, Verdict
+from relaunch.restart_agent.policy import decide
+from relaunch.restart_agent.scanner import scan_file
 
 
 def analyze_file(

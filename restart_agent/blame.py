@@ -37,11 +37,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from restart_agent.fingerprint import fingerprint
-from restart_agent.model import CycleEvidence, Evidence, ProcessExit
-from restart_agent.prefixes import bounded_int
-from restart_agent.scanner import choose_primary
-from restart_agent.taxonomy import taxonomy
+from relaunch.restart_agent.fingerprint import fingerprint
+from relaunch.restart_agent.model import CycleEvidence, Evidence, ProcessExit
+from relaunch.restart_agent.prefixes import bounded_int
+from relaunch.restart_agent.scanner import choose_primary
+from relaunch.restart_agent.taxonomy import taxonomy
 
 _PID = re.compile(r"(?:Killed process|pid[=: ]+|PID )\s*(\d{1,10})\b")
 TIMEOUT_CLASSES = ("nccl_watchdog_timeout",)

@@ -35,11 +35,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from restart_agent.frames import FRAME, MAX_TEXT, PendingSpan, span_of
-from restart_agent.linegate import LineGate
-from restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, MAX_HEADS, LineInterpreter
-from restart_agent.outcomes import NOTHING, ByLiterals
-from restart_agent.prefixes import split_prefix
+from relaunch.restart_agent.frames import FRAME, MAX_TEXT, PendingSpan, span_of
+from relaunch.restart_agent.linegate import LineGate
+from relaunch.restart_agent.lines import ELASTIC_WORDS, MAX_HEAD, MAX_HEADS, LineInterpreter
+from relaunch.restart_agent.outcomes import NOTHING, ByLiterals
+from relaunch.restart_agent.prefixes import split_prefix
 
 MAX_BLOCK = 4096  # longer blocks take the general path
 MAX_CACHE = 1 << 13  # distinct masked blocks remembered (bounds the memory: ~32 MB)

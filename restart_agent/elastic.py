@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import re
 
-from restart_agent.facts import signal_name
-from restart_agent.model import ProcessExit
-from restart_agent.prefixes import bounded_int
+from relaunch.restart_agent.facts import signal_name
+from relaunch.restart_agent.model import ProcessExit
+from relaunch.restart_agent.prefixes import bounded_int
 
 _ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\)")
 _RANK = re.compile(r"^rank\s*: (\d{1,8}) \(local_rank: (\d{1,8})\)")

@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from restart_agent.model import LauncherFacts, ProcessExit
+from relaunch.restart_agent.model import LauncherFacts, ProcessExit
 
 PREFIX = "[relaunch] fact: "
 MAX_FACT_CHARS = 64 * 1024  # a longer line is no fact

@@ -23,7 +23,7 @@ move the end of the text that needles like "Error" + END refer to).
 
 from __future__ import annotations
 
-from restart_agent.registry import END, Registry, regex_needles
+from relaunch.restart_agent.registry import END, Registry, regex_needles
 
 MAX_CACHE = 1 << 15  # distinct digit-masked lines remembered (then the cache starts afresh)
 MAX_KEY = 1024  # longer lines are decided without the cache (bounds its memory: ~40 MB)

@@ -25,11 +25,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from restart_agent.elastic import ElasticReader
-from restart_agent.facts import PREFIX as FACT_PREFIX
-from restart_agent.facts import FactCollector
-from restart_agent.fingerprint import MAX_INPUT, entity_of
-from restart_agent.frames import (
+from relaunch.restart_agent.elastic import ElasticReader
+from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
+from relaunch.restart_agent.facts import FactCollector
+from relaunch.restart_agent.fingerprint import MAX_INPUT, entity_of
+from relaunch.restart_agent.frames import (
     MAX_FRAMES,
     MAX_TEXT,
     PendingSpan,
@@ -39,13 +39,19 @@ from restart_agent.frames import (
     span_of,
     started,
 )
-from restart_agent.model import CascadeGroup, Evidence
-from restart_agent.outcomes import ELASTIC_WORDS, MESSAGE_RANK, NOTHING, SRUN_TASK, Outcomes
-from restart_agent.outcomes import TRACEBACK as _TRACEBACK
-from restart_agent.prefixes import bounded_int, split_prefix
-from restart_agent.registry import PatternRow, Registry
-from restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
-from restart_agent.taxonomy import taxonomy
+from relaunch.restart_agent.model import CascadeGroup, Evidence
+from relaunch.restart_agent.outcomes import (
+    ELASTIC_WORDS,
+    MESSAGE_RANK,
+    NOTHING,
+    SRUN_TASK,
+    Outcomes,
+)
+from relaunch.restart_agent.outcomes import TRACEBACK as _TRACEBACK
+from relaunch.restart_agent.prefixes import bounded_int, split_prefix
+from relaunch.restart_agent.registry import PatternRow, Registry
+from relaunch.restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
+from relaunch.restart_agent.taxonomy import taxonomy
 
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
 MAX_CASCADE_EVIDENCE = 4096  # first cascade per (class, rank), bounded

@@ -134,7 +134,7 @@ class Progress:
     checkpoint_iteration: int | None = None
     dialect: str | None = None  # which progress dialect matched (megatron, hf, lightning, ...)
     line: int | None = None  # line of the last progress report
-    # "dialect" (log lines) or "launcher" (iterations reported through launcher.client)
+    # "dialect" (log lines) or "launcher" (iterations reported through relaunch.client)
     source: str | None = None
     # the launcher saw the progress client in use and no iteration at all this cycle
     no_iteration: bool = False
@@ -187,7 +187,7 @@ class LauncherFacts:
 
     Highest-trust evidence: `first_failing_rank` (the earliest `rank_exit` with
     `first: true`), every exit, hangs declared by heartbeat, the last iteration each rank
-    reported through `launcher.client`, node health and the cycle duration.
+    reported through `relaunch.client`, node health and the cycle duration.
     """
 
     facts: int = 0  # fact lines read

@@ -30,8 +30,8 @@ import enum
 import re
 from typing import Any
 
-from restart_agent.facts import PREFIX as FACT_PREFIX
-from restart_agent.prefixes import (
+from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
+from relaunch.restart_agent.prefixes import (
     _LAUNCHER,
     _LAUNCHER_RANK,
     _PREFIX,
@@ -40,8 +40,8 @@ from restart_agent.prefixes import (
     bounded_int,
     split_prefix,
 )
-from restart_agent.registry import PatternRow
-from restart_agent.rowcache import RowSelector, fingerprint
+from relaunch.restart_agent.registry import PatternRow
+from relaunch.restart_agent.rowcache import RowSelector, fingerprint
 
 try:
     from re import _parser as _sre  # type: ignore[attr-defined]  # private, unstubbed

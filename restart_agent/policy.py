@@ -61,9 +61,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from restart_agent.blame import pick_primary
-from restart_agent.lines import is_user_frame
-from restart_agent.model import (
+from relaunch.restart_agent.blame import pick_primary
+from relaunch.restart_agent.lines import is_user_frame
+from relaunch.restart_agent.model import (
     CycleEvidence,
     Decision,
     Evidence,
@@ -74,8 +74,8 @@ from restart_agent.model import (
     Rule,
     Verdict,
 )
-from restart_agent.stragglers import suspect as straggler_suspect
-from restart_agent.stragglers import verdict_stragglers
+from relaunch.restart_agent.stragglers import suspect as straggler_suspect
+from relaunch.restart_agent.stragglers import verdict_stragglers
 
 ADVANCED, NONE, STARTUP, UNKNOWN = "advanced", "none", "startup", "unknown"
 NO_PROGRESS = (NONE, STARTUP)

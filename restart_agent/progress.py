@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from restart_agent.facts import MAX_ITERATION
-from restart_agent.model import Progress
-from restart_agent.registry import DialectRow
+from relaunch.restart_agent.facts import MAX_ITERATION
+from relaunch.restart_agent.model import Progress
+from relaunch.restart_agent.registry import DialectRow
 
 LineAt = Callable[[bytes, int], tuple[int, int, bytes]]
 TRIES = 32  # non-matching anchor hits looked at in Python before one C-level pass

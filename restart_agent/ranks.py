@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from restart_agent.multiscan import NativeSearch, native_search
-from restart_agent.prefixes import MAX_RANK_DIGITS, RANK_FORMATS
+from relaunch.restart_agent.multiscan import NativeSearch, native_search
+from relaunch.restart_agent.prefixes import MAX_RANK_DIGITS, RANK_FORMATS
 
 
 def bounded_ranks(found: list[bytes]) -> set[int]:

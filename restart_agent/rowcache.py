@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Set as AbstractSet
 
-from restart_agent import fingerprint as _fp
-from restart_agent.registry import PatternRow, Registry
+from relaunch.restart_agent import fingerprint as _fp
+from relaunch.restart_agent.registry import PatternRow, Registry
 
 MAX_CACHE = 1 << 14
 MAX_KEY = 1024  # longer lines and messages are not cached (bounds the memory: ~40 MB)

@@ -31,15 +31,15 @@ import os
 import re
 from typing import Literal
 
-from restart_agent.blocks import Blocks, frames_refused
-from restart_agent.frames import Span
-from restart_agent.linegate import LineGate
-from restart_agent.lines import MAX_HEAD, READS, LineInterpreter
-from restart_agent.model import CycleEvidence, Evidence
-from restart_agent.multiscan import literal_scan, native_available
-from restart_agent.progress import ProgressTracker
-from restart_agent.ranks import RankCollector
-from restart_agent.registry import Registry, default_registry
+from relaunch.restart_agent.blocks import Blocks, frames_refused
+from relaunch.restart_agent.frames import Span
+from relaunch.restart_agent.linegate import LineGate
+from relaunch.restart_agent.lines import MAX_HEAD, READS, LineInterpreter
+from relaunch.restart_agent.model import CycleEvidence, Evidence
+from relaunch.restart_agent.multiscan import literal_scan, native_available
+from relaunch.restart_agent.progress import ProgressTracker
+from relaunch.restart_agent.ranks import RankCollector
+from relaunch.restart_agent.registry import Registry, default_registry
 
 HEAD = 32 * 1024  # bytes kept from the start of an over-long line
 TAIL = 32 * 1024  # bytes kept from its end

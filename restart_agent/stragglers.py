@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from restart_agent.model import Evidence, LauncherFacts
-from restart_agent.taxonomy import taxonomy
+from relaunch.restart_agent.model import Evidence, LauncherFacts
+from relaunch.restart_agent.taxonomy import taxonomy
 
 MIN_REPORTS = 2
 

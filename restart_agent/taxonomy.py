@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from restart_agent.registry import RegistryError, _load_yaml
+from relaunch.restart_agent.registry import RegistryError, _load_yaml
 
 TAXONOMY_FILE = Path(__file__).resolve().parent / "taxonomy.yaml"
 

@@ -2,11 +2,11 @@
 # Regenerate the committed gRPC stubs (*_pb2.py, *_pb2_grpc.py) from the .proto files
 # of the node-health client and the log funnel. Needs grpcio-tools (test extra).
 # Run from anywhere; paths are relative to the repository root so the generated
-# modules import each other as `launcher.health...` / `launcher.funnel...`.
+# modules import each other as `relaunch.launcher.health...` / `relaunch.launcher.funnel...` (through the relaunch/ links).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-protos=(launcher/health/node_health.proto launcher/funnel/log_funnel.proto)
+protos=(relaunch/launcher/health/node_health.proto relaunch/launcher/funnel/log_funnel.proto)
 "$PY" -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. "${protos[@]}"
 for p in "${protos[@]}"; do
   base="${p%.proto}"

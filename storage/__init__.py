@@ -21,18 +21,18 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from storage.db import StorageError, default_url, relaunch_home
-    from storage.records import CycleRecord, JobRecord
-    from storage.repository import HistoryRepository
+    from relaunch.storage.db import StorageError, default_url, relaunch_home
+    from relaunch.storage.records import CycleRecord, JobRecord
+    from relaunch.storage.repository import HistoryRepository
 
 _LAZY = {
-    "StorageError": "storage.db",
-    "default_url": "storage.db",
-    "relaunch_home": "storage.db",
-    "make_engine": "storage.db",
-    "CycleRecord": "storage.records",
-    "JobRecord": "storage.records",
-    "HistoryRepository": "storage.repository",
+    "StorageError": "relaunch.storage.db",
+    "default_url": "relaunch.storage.db",
+    "relaunch_home": "relaunch.storage.db",
+    "make_engine": "relaunch.storage.db",
+    "CycleRecord": "relaunch.storage.records",
+    "JobRecord": "relaunch.storage.records",
+    "HistoryRepository": "relaunch.storage.repository",
 }
 
 
@@ -62,7 +62,7 @@ MAX_CYCLES_ENV = "RELAUNCH_MAX_CYCLES_PER_JOB"
 
 def max_cycles_from_env() -> int:
     """`$RELAUNCH_MAX_CYCLES_PER_JOB` (a positive integer), or 10,000."""
-    from storage.db import StorageError
+    from relaunch.storage.db import StorageError
 
     raw = os.environ.get(MAX_CYCLES_ENV)
     if raw is None or not raw.strip():
@@ -86,9 +86,9 @@ def open_repository(
     """
     from sqlalchemy.exc import DBAPIError, OperationalError
 
-    from storage.db import StorageError, make_engine
-    from storage.migrate import upgrade_to_head
-    from storage.repository import HistoryRepository
+    from relaunch.storage.db import StorageError, make_engine
+    from relaunch.storage.migrate import upgrade_to_head
+    from relaunch.storage.repository import HistoryRepository
 
     if max_cycles_per_job is None:
         max_cycles_per_job = max_cycles_from_env()

@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from storage.models import Cycle, EvidenceRow, Job
-from storage.records import as_utc
+from relaunch.storage.models import Cycle, EvidenceRow, Job
+from relaunch.storage.records import as_utc
 
 _TIMELINE_COLUMNS = (
     Cycle.cycle,

@@ -23,11 +23,11 @@ from sqlalchemy import Engine, case, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from restart_agent.model import Decision, JobState
-from storage import job_id as job_id_rule
-from storage.db import StorageError, writer
-from storage.models import AlertClaim, Cycle, EvidenceRow, Job
-from storage.records import CycleRecord, JobRecord, as_utc
+from relaunch.restart_agent.model import Decision, JobState
+from relaunch.storage import job_id as job_id_rule
+from relaunch.storage.db import StorageError, writer
+from relaunch.storage.models import AlertClaim, Cycle, EvidenceRow, Job
+from relaunch.storage.records import CycleRecord, JobRecord, as_utc
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from storage.models import Cycle, Job
-from storage.repository import HistoryRepository
+from relaunch.storage.models import Cycle, Job
+from relaunch.storage.repository import HistoryRepository
 
 BULK_BATCH = 20_000
 _CYCLE_COLUMNS = frozenset(c.name for c in Cycle.__table__.columns) - {"id", "job_pk"}

@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from types import ModuleType
 
-from restart_agent import LogScanner
-from restart_agent.model import CycleEvidence
+from relaunch.restart_agent import LogScanner
+from relaunch.restart_agent.model import CycleEvidence
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -68,7 +68,7 @@ def run_job(logs: list[str], config: object | None = None) -> list[object]:
     """
     import json
 
-    from restart_agent import PolicyConfig, PriorCycle, decide
+    from relaunch.restart_agent import PolicyConfig, PriorCycle, decide
 
     cfg = config or PolicyConfig()
     history: list[PriorCycle] = []

@@ -16,7 +16,7 @@ def run_analyze(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m relaunch_cli analyze ARGS` (after `prefix`, e.g. a shell), output as text."""
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "relaunch_cli", "analyze", *map(str, args)],
+        [*prefix, sys.executable, "-m", "relaunch.cli", "analyze", *map(str, args)],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,

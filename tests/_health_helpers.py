@@ -35,7 +35,7 @@ MODES = (
 
 
 def _reply(mode: str, args: list[str]):  # type: ignore[no-untyped-def]
-    from launcher.health import node_health_pb2
+    from relaunch.launcher.health import node_health_pb2
 
     R = node_health_pb2.HealthCheckResponse
     echo = {"args": args, "checks": {"gpu": "ok", "ib": "ok"}}
@@ -65,7 +65,7 @@ def _reply(mode: str, args: list[str]):  # type: ignore[no-untyped-def]
 def serve(socket_path: str, mode: str) -> None:
     import grpc
 
-    from launcher.health import node_health_pb2_grpc
+    from relaunch.launcher.health import node_health_pb2_grpc
 
     calls = [0]
 

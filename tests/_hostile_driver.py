@@ -16,7 +16,7 @@ import traceback
 
 
 def run_case(case: dict) -> dict:
-    from relaunch_cli.main import main
+    from relaunch.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     stdin = io.TextIOWrapper(io.BytesIO(bytes.fromhex(case.get("stdin") or "")))

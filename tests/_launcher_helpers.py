@@ -25,9 +25,9 @@ def relaunch_env(tmp_path: Path) -> dict[str, str]:
 def run_relaunch(
     tmp_path: Path, args: list[str], *, timeout: float = 90, cmd: str = "run"
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m relaunch_cli CMD ARGS` with cwd=tmp_path; output captured as text."""
+    """`python -m relaunch.cli CMD ARGS` with cwd=tmp_path; output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", cmd, *args],
+        [sys.executable, "-m", "relaunch.cli", cmd, *args],
         cwd=tmp_path,
         env=relaunch_env(tmp_path),
         capture_output=True,
@@ -64,9 +64,9 @@ def read_log(tmp_path: Path, job_id: str, cycle: int) -> str:
 def engine_available() -> str | None:
     """None when the embedded analyzer can run, else why not (for pytest.skip)."""
     try:
-        import restart_agent
-        from attribution.core.engine import AttributionEngine  # noqa: F401
-        from storage import open_repository  # noqa: F401
+        from relaunch import restart_agent
+        from relaunch.attribution.core.engine import AttributionEngine  # noqa: F401
+        from relaunch.storage import open_repository  # noqa: F401
     except ImportError as exc:
         return f"embedded attribution not importable yet: {exc}"
     if not hasattr(restart_agent, "LogScanner") or not hasattr(restart_agent, "decide"):
@@ -85,7 +85,7 @@ def run_two_nodes(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     common = [
-        sys.executable, "-m", "relaunch_cli", "run",
+        sys.executable, "-m", "relaunch.cli", "run",
         "--nnodes", "2", "--nproc-per-node", "1",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job_id,
         "--log-dir", str(tmp_path / "logs"), "--job-id", job_id,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from restart_agent.llm import LLMConfig
-from restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
+from relaunch.restart_agent.llm import LLMConfig
+from relaunch.restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
 from tests._llm_server import LLMServer
 
 KEY = "sk-test-7f3c9a2e4b1d8f6a0c5e9b3d7a1f4c8e"

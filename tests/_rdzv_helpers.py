@@ -60,7 +60,7 @@ def start_node(
     worker: Path = RDZV_WORKER,
 ) -> Node:
     cmd = [
-        sys.executable, "-m", "relaunch_cli", "run",
+        sys.executable, "-m", "relaunch.cli", "run",
         "--nnodes", nnodes, "--nproc-per-node", "1",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job,
         # rounds close when every expected node arrived; the window only bounds a wait

@@ -48,7 +48,7 @@ def job_id(corpus: str, case: dict[str, Any]) -> str:
 
 
 def run_one(argv: list[str]) -> dict[str, Any]:
-    from relaunch_cli.main import main  # resolved through PYTHONPATH: the code under test
+    from relaunch.cli.main import main  # resolved through PYTHONPATH: the code under test
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -36,7 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def require_restart_agent() -> None:
     """Skip the calling test module until the restart agent's scanner exists (issue 2)."""
-    import restart_agent
+    from relaunch import restart_agent
 
     if not all(hasattr(restart_agent, n) for n in ("LogScanner", "scan_file", "decide")):
         pytest.skip(
@@ -89,7 +89,7 @@ class RunningService:
         return f"unix://{self.uds}" if self.uds else self.base_url
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "relaunch_cli", "serve", "--db", self.db_url]
+        argv = [sys.executable, "-m", "relaunch.cli", "serve", "--db", self.db_url]
         argv += ["--allowed-root", str(self.root)]
         if self.audit_dir is not None:
             argv += ["--audit-dir", str(self.audit_dir)]

@@ -30,7 +30,7 @@ def pg_url_or_skip() -> str:
         pytest.skip("psycopg2 is not installed (pip install 'relaunch[postgres]')")
     from sqlalchemy import create_engine, text
 
-    from storage.models import Base
+    from relaunch.storage.models import Base
 
     engine = create_engine(url)
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)] + ["alembic_version"]

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
+from relaunch.restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "llama-7b-run"  # the job write_job_logs' logs belong to
@@ -233,8 +233,8 @@ class DashboardServer:
         import uvicorn
         from fastapi import FastAPI
 
-        from attribution.service.confined import open_confined
-        from web.routes import create_router
+        from relaunch.attribution.service.confined import open_confined
+        from relaunch.web.routes import create_router
 
         app = FastAPI()
         log_access = None
@@ -321,7 +321,7 @@ def write_job_logs(directory: Path, ranks: int = 4) -> list[Path]:
 
 def analyze(db_url: str, log: Path, cycle: int, job: str = JOB) -> dict[str, Any]:
     """`relaunch analyze LOG --db URL --job-id JOB --cycle N --format json` in a subprocess."""
-    argv = [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db_url]
+    argv = [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", db_url]
     argv += ["--job-id", job, "--cycle", str(cycle), "--format", "json"]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + (

@@ -55,7 +55,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Any]:
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     r = open_repository(sqlite_url(tmp_path))
     yield r

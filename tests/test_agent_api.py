@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import restart_agent as ra
-from restart_agent.model import PriorCycle
+import relaunch.restart_agent as ra
+from relaunch.restart_agent.model import PriorCycle
 
 LOG = """\
 [rank0]: [2026-12-02 10:00:00] iteration      100/  500000 | consumed samples: 51200 | lm loss: 2.3E+00 |

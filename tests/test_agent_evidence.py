@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import restart_agent as ra
-from restart_agent.fingerprint import fingerprint, normalize
+import relaunch.restart_agent as ra
+from relaunch.restart_agent.fingerprint import fingerprint, normalize
 from tests._agent_helpers import LOGS, make_logs, scan_text
 
 ML = make_logs()

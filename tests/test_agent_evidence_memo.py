@@ -17,11 +17,11 @@ import re
 
 import pytest
 
-import restart_agent as ra
-import restart_agent.lines as lines_mod
-from restart_agent import fingerprint as fp_mod
-from restart_agent.model import CycleEvidence, Evidence
-from restart_agent.outcomes import digit_blind
+import relaunch.restart_agent as ra
+import relaunch.restart_agent.lines as lines_mod
+from relaunch.restart_agent import fingerprint as fp_mod
+from relaunch.restart_agent.model import CycleEvidence, Evidence
+from relaunch.restart_agent.outcomes import digit_blind
 from tests.test_agent_speed import reference
 
 CONFIG_FRAMES = [

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from restart_agent import decide
-from restart_agent.facts import parse_fact
-from restart_agent.model import LauncherFacts
+from relaunch.restart_agent import decide
+from relaunch.restart_agent.facts import parse_fact
+from relaunch.restart_agent.model import LauncherFacts
 from tests._agent_helpers import fact, random_chunkings, scan_chunked, scan_text
 
 WATCHDOG = "".join(

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import decide
-from restart_agent.prefixes import split_prefix
+from relaunch.restart_agent import decide
+from relaunch.restart_agent.prefixes import split_prefix
 from tests._agent_helpers import scan_text
 
 BANNER = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from restart_agent import analyze_file
+from relaunch.restart_agent import analyze_file
 
 LOG = """\
 [rank 1]: iteration 5 loss=1.0

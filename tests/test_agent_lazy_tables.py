@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent import fingerprint as _fp
-from restart_agent.linegate import _END, _SPACE, _ZEROS, LineGate
-from restart_agent.lines import READS
-from restart_agent.registry import (
+from relaunch.restart_agent import fingerprint as _fp
+from relaunch.restart_agent.linegate import _END, _SPACE, _ZEROS, LineGate
+from relaunch.restart_agent.lines import READS
+from relaunch.restart_agent.registry import (
     PATTERNS_FILE,
     PatternRow,
     RegistryError,
@@ -292,7 +292,7 @@ YAML_DOCS = [
 def test_yaml_fast_path_is_the_safe_loader(text: str) -> None:
     import yaml
 
-    from restart_agent.registry import _LOADER, load_yaml_text
+    from relaunch.restart_agent.registry import _LOADER, load_yaml_text
 
     try:
         want = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
@@ -316,7 +316,7 @@ def test_yaml_fast_path_is_the_safe_loader(text: str) -> None:
 def test_yaml_fast_path_reads_the_tables_as_the_safe_loader(name: str) -> None:
     import yaml
 
-    from restart_agent.registry import _LOADER, HERE, load_yaml_text
+    from relaunch.restart_agent.registry import _LOADER, HERE, load_yaml_text
 
     text = (HERE / name).read_text(encoding="utf-8")
     assert _same(load_yaml_text(text), yaml.load(text, Loader=_LOADER))  # noqa: S506

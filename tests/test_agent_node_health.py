@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import NodeHealthNote, decide
+from relaunch.restart_agent import NodeHealthNote, decide
 from tests._agent_helpers import scan_text
 from tests.test_agent_policy import CUDA, KEYERR, log, prior, verdict
 

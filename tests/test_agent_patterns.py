@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent import LogScanner
-from restart_agent.registry import (
+from relaunch.restart_agent import LogScanner
+from relaunch.restart_agent.registry import (
     DOMAINS,
     RECOVERABILITY,
     ROLES,

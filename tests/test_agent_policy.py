@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import PolicyConfig, PriorCycle, decide
+from relaunch.restart_agent import PolicyConfig, PriorCycle, decide
 from tests._agent_helpers import scan_text
 
 CUDA = "[rank3]: RuntimeError: CUDA error: unspecified launch failure\n"  # infrastructure

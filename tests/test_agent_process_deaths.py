@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import decide
+from relaunch.restart_agent import decide
 from tests._agent_helpers import run_job, scan_text
 
 TB = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent.registry import RegistryError, build_registry, default_registry
+from relaunch.restart_agent.registry import RegistryError, build_registry, default_registry
 from tests._agent_helpers import make_logs, scan_text
 
 ML = make_logs()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import PolicyConfig, decide
+from relaunch.restart_agent import PolicyConfig, decide
 from tests._agent_helpers import scan_text
 
 # torch elastic's summary, as torchrun prints it (format of torch/distributed/elastic/

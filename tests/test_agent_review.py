@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent import decide
+from relaunch.restart_agent import decide
 from tests._agent_helpers import fact, run_job, scan_text
 from tests._cli_helpers import run_analyze
 from tests._storage_helpers import sqlite_url

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import restart_agent as ra
+import relaunch.restart_agent as ra
 from tests._agent_helpers import LOGS, make_logs, random_chunkings, scan_chunked, scan_text
 
 ML = make_logs()

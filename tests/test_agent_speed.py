@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-import restart_agent as ra
-import restart_agent.lines as lines_mod
-from restart_agent import fingerprint as _fp
-from restart_agent import rowcache
-from restart_agent.frames import MAX_FRAMES, Span, Trace
-from restart_agent.linegate import LineGate
-from restart_agent.lines import READS
-from restart_agent.model import CycleEvidence
-from restart_agent.outcomes import LINE_REGEXES, digit_blind
-from restart_agent.prefixes import MAX_RANK_DIGITS
-from restart_agent.ranks import RankCollector, bounded_ranks
-from restart_agent.registry import END, default_registry, regex_needles
-from restart_agent.rowcache import RowSelector
+import relaunch.restart_agent as ra
+import relaunch.restart_agent.lines as lines_mod
+from relaunch.restart_agent import fingerprint as _fp
+from relaunch.restart_agent import rowcache
+from relaunch.restart_agent.frames import MAX_FRAMES, Span, Trace
+from relaunch.restart_agent.linegate import LineGate
+from relaunch.restart_agent.lines import READS
+from relaunch.restart_agent.model import CycleEvidence
+from relaunch.restart_agent.outcomes import LINE_REGEXES, digit_blind
+from relaunch.restart_agent.prefixes import MAX_RANK_DIGITS
+from relaunch.restart_agent.ranks import RankCollector, bounded_ranks
+from relaunch.restart_agent.registry import END, default_registry, regex_needles
+from relaunch.restart_agent.rowcache import RowSelector
 from tests._agent_helpers import LOGS, ROOT, make_logs, native_installed, scan_chunked
 
 
@@ -320,8 +320,8 @@ def test_huge_rank_numbers_are_no_ranks() -> None:
 
 
 def test_caches_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import restart_agent.linegate as lg
-    import restart_agent.rowcache as rc
+    import relaunch.restart_agent.linegate as lg
+    import relaunch.restart_agent.rowcache as rc
 
     monkeypatch.setattr(lg, "MAX_CACHE", 50)
     monkeypatch.setattr(rc, "MAX_CACHE", 50)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from restart_agent import PolicyConfig
+from relaunch.restart_agent import PolicyConfig
 from tests._agent_helpers import fact, run_job
 
 IMPORT_3RD = "".join(

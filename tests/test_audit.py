@@ -20,10 +20,10 @@ from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent
 
 require_restart_agent()
 
-import storage  # noqa: E402
-from attribution.core.audit import SCHEMA, AuditWriter, artifact_path, recheck  # noqa: E402
-from attribution.core.engine import AttributionEngine  # noqa: E402
-from restart_agent.model import PolicyConfig  # noqa: E402
+from relaunch import storage  # noqa: E402
+from relaunch.attribution.core.audit import SCHEMA, AuditWriter, artifact_path, recheck  # noqa: E402
+from relaunch.attribution.core.engine import AttributionEngine  # noqa: E402
+from relaunch.restart_agent.model import PolicyConfig  # noqa: E402
 
 FAIL = [
     "[rank0]: iteration 100/1000 | lm loss 2.1",
@@ -36,7 +36,7 @@ FAIL = [
 
 def audit_cli(*files: str | Path, fmt: str = "text") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "audit", *map(str, files), "--format", fmt],
+        [sys.executable, "-m", "relaunch.cli", "audit", *map(str, files), "--format", fmt],
         cwd=str(REPO_ROOT),
         env=cli_env(),
         capture_output=True,
@@ -238,7 +238,7 @@ def test_every_tampered_field_is_reported(engine, tmp_path: Path, what):
 
 def _resign_without_key(doc: dict) -> None:
     """What an attacker without the key can do: recompute the plain digest."""
-    from attribution.core.audit import digest_of
+    from relaunch.attribution.core.audit import digest_of
 
     doc["integrity"]["digest"] = digest_of(doc)
 
@@ -360,7 +360,7 @@ def test_serve_refuses_an_unusable_audit_key_file(tmp_path: Path):
         (tmp_path / "empty.key", "is empty"),
     ]:
         proc = subprocess.run(
-            [sys.executable, "-m", "relaunch_cli", "serve", "--port", "0"]
+            [sys.executable, "-m", "relaunch.cli", "serve", "--port", "0"]
             + ["--db", f"sqlite:///{tmp_path / 's.db'}", "--audit-hmac-key-file", str(key)],
             cwd=str(REPO_ROOT),
             env=cli_env(),

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from attribution.core.background import BackgroundQueue
+from relaunch.attribution.core.background import BackgroundQueue
 
 
 class Gate:
@@ -71,7 +71,7 @@ def test_a_failing_item_is_logged_and_the_next_one_is_handled(
     gate = Gate()
     gate.release.set()
     q: BackgroundQueue[int] = BackgroundQueue(gate, name="t-errors")
-    with caplog.at_level(logging.ERROR, logger="attribution.core.background"):
+    with caplog.at_level(logging.ERROR, logger="relaunch.attribution.core.background"):
         q.put(-1)
         q.put(7)
         assert q.drain(60)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import storage
+from relaunch import storage
 from tests._service_helpers import running_service
 from tests._web_helpers import (
     JOB,

@@ -297,7 +297,7 @@ def test_history_bound_from_environment(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RELAUNCH_MAX_CYCLES_PER_JOB": "2"}
     for c in range(4):
         p = subprocess.run(
-            [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db]
+            [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", db]
             + ["--job-id", "b", "--cycle", str(c), "--format", "json"],
             cwd=REPO_ROOT,
             env=env,
@@ -319,7 +319,7 @@ def test_concurrent_invocations_on_one_database(tmp_path):
     base = [
         sys.executable,
         "-m",
-        "relaunch_cli",
+        "relaunch.cli",
         "analyze",
         str(log),
         "--db",
@@ -355,7 +355,7 @@ def test_history_persists_in_postgresql(tmp_path):
 
 def test_db_job_state_follows_the_verdict(tmp_path):
     """The dashboard shows (and stops polling) a job that a STOP verdict ended."""
-    import storage
+    from relaunch import storage
 
     db = sqlite_url(tmp_path)
     analyze_json(write(tmp_path, "i.log", infra_log()), "--db", db, "--job-id", "st")

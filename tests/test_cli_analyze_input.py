@@ -17,7 +17,7 @@ from tests._llm_helpers import answer, write_log
 from tests._storage_helpers import REPO_ROOT, infra_log
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-CMD = [sys.executable, "-m", "relaunch_cli", "analyze"]
+CMD = [sys.executable, "-m", "relaunch.cli", "analyze"]
 
 
 def run(*args: str | Path, stdin: bytes | None = None, stderr=subprocess.PIPE, env=None):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent import analyze_file
+from relaunch.restart_agent import analyze_file
 from tests._cli_helpers import run_analyze
 from tests._storage_helpers import REPO_ROOT, sqlite_url
 from tests.fixtures.make_logs import make_log

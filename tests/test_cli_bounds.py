@@ -43,7 +43,7 @@ CASES = [
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), RELAUNCH_HOME=str(cwd / "home"))
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", *args],
+        [sys.executable, "-m", "relaunch.cli", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from storage import open_repository
+from relaunch.storage import open_repository
 from tests._storage_helpers import REPO_ROOT, infra_log, pg_url_or_skip, sqlite_url
 
 LOOPS = 2
@@ -33,7 +33,7 @@ def test_two_concurrent_analyze_loops_lose_no_verdict(tmp_path, backend):
     db = sqlite_url(tmp_path) if backend == "sqlite" else pg_url_or_skip()
     log = tmp_path / "cycle.log"
     log.write_text(infra_log())
-    cmd = [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", db]
+    cmd = [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", db]
     cmd += ["--job-id", "same", "--format", "json"]
     results: list[dict] = []
     errors: list[str] = []

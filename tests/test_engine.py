@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from attribution.core.engine import AttributionEngine, VerdictEvent, scan_with_identity
-from restart_agent import scan_file
-from restart_agent.model import Decision, PolicyConfig, Rule, Verdict
+from relaunch.attribution.core.engine import AttributionEngine, VerdictEvent, scan_with_identity
+from relaunch.restart_agent import scan_file
+from relaunch.restart_agent.model import Decision, PolicyConfig, Rule, Verdict
 from tests._storage_helpers import infra_log, syntax_log, workload_log
 
 
@@ -151,7 +151,7 @@ def test_listeners_get_the_saved_verdict_and_cannot_change_it(repo, tmp_path, ca
     engine.add_listener(broken)
     engine.add_listener(recorder)
     log = _write(tmp_path, "s.log", syntax_log())
-    with caplog.at_level(logging.ERROR, logger="attribution.core.engine"):
+    with caplog.at_level(logging.ERROR, logger="relaunch.attribution.core.engine"):
         v = engine.analyze_cycle("job", 0, log).to_dict()
         assert engine.drain(10)
     assert v["decision"] == "STOP"
@@ -299,7 +299,7 @@ SICK_NODE = {
 
 def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_path):
     """The ceiling STOP of cycle 2 is decided again once node1's failed check arrives."""
-    from attribution.core.audit import AuditWriter, artifact_path, load_artifact, recheck
+    from relaunch.attribution.core.audit import AuditWriter, artifact_path, load_artifact, recheck
 
     engine = AttributionEngine(repo, PolicyConfig(same_root_no_progress_retries=2))
     engine.add_listener(AuditWriter(tmp_path / "audit", repo=repo))
@@ -328,7 +328,7 @@ def test_node_health_recorded_after_the_verdict_re_decides_the_cycle(repo, tmp_p
     # tampered node-health inputs are a format error, not a crash
     import json
 
-    from attribution.core.audit import AuditFormatError
+    from relaunch.attribution.core.audit import AuditFormatError
 
     for bad in ([{"node": "x", "healthy": "no"}], [5], 5):
         doc = load_artifact(art)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attribution.core.export import EXPORT_SCHEMA, WebhookExporter, event_payload
+from relaunch.attribution.core.export import EXPORT_SCHEMA, WebhookExporter, event_payload
 from tests._service_helpers import free_port
 
 
@@ -129,7 +129,7 @@ def test_bad_url_is_refused():
 
 def test_event_payload_shape(tmp_path: Path):
     """The body carries the verdict's JSON form (plain strings, as saved) of a real event."""
-    from attribution.core.engine import AttributionEngine, VerdictEvent
+    from relaunch.attribution.core.engine import AttributionEngine, VerdictEvent
     from tests._storage_helpers import syntax_log
 
     log = tmp_path / "c.log"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from attribution.fr import analyze_paths, culprit_ranks, render_text
+from relaunch.attribution.fr import analyze_paths, culprit_ranks, render_text
 from tests._fr_helpers import (
     Call,
     Group,

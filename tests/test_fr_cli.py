@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _fr(*args: str | Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "fr", *map(str, args)],
+        [sys.executable, "-m", "relaunch.cli", "fr", *map(str, args)],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attribution.fr import reader
+from relaunch.attribution.fr import reader
 from tests._fr_helpers import stalled_allreduce_job, write_dumps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ BASE = {
 
 def fr(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "fr", *map(str, args)],
+        [sys.executable, "-m", "relaunch.cli", "fr", *map(str, args)],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from attribution.fr import NoDumpsError, analyze_paths
-from attribution.fr.reader import DumpError, decode, read_dump, read_paths, safe_loads
+from relaunch.attribution.fr import NoDumpsError, analyze_paths
+from relaunch.attribution.fr.reader import DumpError, decode, read_dump, read_paths, safe_loads
 from tests._fr_helpers import real_dumps_dir, stalled_allreduce_job, write_dumps
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attribution.fr import analyze_paths
+from relaunch.attribution.fr import analyze_paths
 from tests._fr_helpers import run_gloo_job
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from launcher.funnel import (
+from relaunch.launcher.funnel import (
     FunnelError,
     FunnelServer,
     FunnelSink,
@@ -41,7 +41,7 @@ def _spawn_node(address: str, relpath: str, node: str) -> subprocess.Popen[bytes
         [
             sys.executable,
             "-m",
-            "launcher.funnel",
+            "relaunch.launcher.funnel",
             "send",
             "--address",
             address,
@@ -292,9 +292,9 @@ def test_server_start_errors(tmp_path: Path) -> None:
 
 def test_sink_is_a_cycle_log_line_sink(tmp_path: Path) -> None:
     try:
-        from launcher.cycle_log import LineSink
+        from relaunch.launcher.cycle_log import LineSink
     except ImportError as exc:
-        pytest.skip(f"launcher.cycle_log not importable: {exc}")
+        pytest.skip(f"relaunch.launcher.cycle_log not importable: {exc}")
     with FunnelServer(tmp_path) as server:
         sink = FunnelSink(server.address, "c.log")
         assert isinstance(sink, LineSink)
@@ -341,7 +341,7 @@ def test_cli_serve_and_send(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "launcher.funnel",
+            "relaunch.launcher.funnel",
             "serve",
             "--root",
             str(tmp_path),
@@ -375,7 +375,7 @@ def test_cli_serve_and_send(tmp_path: Path) -> None:
 def test_cycle_log_falls_back_to_a_local_file_when_the_writer_goes_away(tmp_path: Path) -> None:
     """The funnel writer dies mid-cycle: the cycle log says so, calls back, and the lines
     written after the failure continue in the launcher's own copy of the log."""
-    from launcher.cycle_log import CycleLog
+    from relaunch.launcher.cycle_log import CycleLog
 
     root = tmp_path / "writer"
     root.mkdir()

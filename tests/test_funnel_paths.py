@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.funnel.paths import PathRejected, confine, open_confined
+from relaunch.launcher.funnel.paths import PathRejected, confine, open_confined
 
 
 @pytest.fixture()

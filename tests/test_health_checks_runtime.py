@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.health.monitor import HealthMonitor, parse_groups
-from launcher.health.nic import NicCheck, parse_links
-from launcher.health.report import CheckResult
-from launcher.health.storage import StorageCheck
-from launcher.sysfs import format_cpulist, parse_cpulist
+from relaunch.launcher.health.monitor import HealthMonitor, parse_groups
+from relaunch.launcher.health.nic import NicCheck, parse_links
+from relaunch.launcher.health.report import CheckResult
+from relaunch.launcher.health.storage import StorageCheck
+from relaunch.launcher.sysfs import format_cpulist, parse_cpulist
 
 
 def make_net(root: Path, name: str, oper: str, carrier: str | None = "1") -> Path:
@@ -202,7 +202,7 @@ def test_check_groups() -> None:
 
 def test_groups_reach_the_health_service() -> None:
     """The service echoes the request's args: the groups are what it receives."""
-    from launcher.health.external import external_check
+    from relaunch.launcher.health.external import external_check
     from tests._health_helpers import start_health_service
 
     with start_health_service("healthy") as ep:
@@ -232,7 +232,7 @@ def test_a_round_finishing_after_stop_is_discarded() -> None:
 
 
 def test_yaml_keys_of_nvrx(tmp_path: Path) -> None:
-    from launcher.config import resolve
+    from relaunch.launcher.config import resolve
 
     cfg = tmp_path / "ft.yaml"
     cfg.write_text(
@@ -247,7 +247,7 @@ def test_yaml_keys_of_nvrx(tmp_path: Path) -> None:
 
 
 def _snap(index: int, **counters: int | None):  # type: ignore[no-untyped-def]
-    from launcher.health.nvml import GpuSnapshot
+    from relaunch.launcher.health.nvml import GpuSnapshot
 
     return GpuSnapshot(index=index, uuid=f"GPU-{index}", nvlink_samples=[dict(counters)])
 
@@ -255,7 +255,7 @@ def _snap(index: int, **counters: int | None):  # type: ignore[no-untyped-def]
 def test_nvlink_growth_across_rounds() -> None:
     """A link gaining an error every round fails once enough rounds are seen; a counter
     that moved once and a counter reset do not."""
-    from launcher.health.nvlink_window import CounterWindow
+    from relaunch.launcher.health.nvlink_window import CounterWindow
 
     window = CounterWindow(4)
     rounds = [
@@ -280,8 +280,8 @@ def test_nvlink_growth_across_rounds() -> None:
 
 
 def test_gpu_round_check_without_nvml_is_not_available() -> None:
-    from launcher.health.monitor import gpu_round_check
-    from launcher.health.nvml import nvml_probe
+    from relaunch.launcher.health.monitor import gpu_round_check
+    from relaunch.launcher.health.nvml import nvml_probe
 
     if nvml_probe().status == "ok":
         pytest.skip("NVML works here (checked on the device machine)")

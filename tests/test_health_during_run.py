@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.health.exclusion_file import read_exclusions
+from relaunch.launcher.health.exclusion_file import read_exclusions
 from tests._launcher_helpers import REPO, job_args, read_log, relaunch_env, run_relaunch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -42,7 +42,7 @@ def _start(tmp_path: Path, job: str, sysfs: Path, *extra: str) -> subprocess.Pop
         "--ft-node-health-check-interval", "0.1", *extra,
     ) + [str(WORKER), "--dir", str(ctl)]  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "relaunch_cli", "run", *args],
+        [sys.executable, "-m", "relaunch.cli", "run", *args],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -134,7 +134,7 @@ def test_healthy_run_is_unaffected(tmp_path: Path) -> None:
 
 def test_gpu_checks_skip_cleanly_without_nvml(tmp_path: Path) -> None:
     """On a machine without the NVIDIA driver the run-time GPU check says it is skipped."""
-    from launcher.health.nvml import nvml_probe
+    from relaunch.launcher.health.nvml import nvml_probe
 
     probe = nvml_probe()
     if probe.status == "ok":
@@ -173,7 +173,7 @@ DIST_WORKER = """
 import os, sys, time
 from pathlib import Path
 import torch, torch.distributed as dist
-from launcher.client import heartbeat
+from relaunch.launcher.client import heartbeat
 ctl = Path(sys.argv[1])
 heartbeat()
 world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -209,7 +209,7 @@ def test_two_nodes_the_one_whose_nic_fails_leaves_and_the_other_goes_on(tmp_path
         env = relaunch_env(tmp_path)
         env["RELAUNCH_SYSFS_ROOT"] = str(sysfs)
         cmd = [
-            sys.executable, "-m", "relaunch_cli", "run",
+            sys.executable, "-m", "relaunch.cli", "run",
             "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two",
             # torch's dynamic rendezvous: both nodes active (scale-up); with the default

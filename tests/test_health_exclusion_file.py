@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.health.exclusion_file import (
+from relaunch.launcher.health.exclusion_file import (
     ExclusionFileError,
     append_exclusion,
     read_exclusions,
@@ -174,7 +174,7 @@ def test_two_failing_launchers_both_publish(tmp_path: Path) -> None:
             ) + [str(WORKER)]  # fmt: skip
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "relaunch_cli", "run", *args],
+                    [sys.executable, "-m", "relaunch.cli", "run", *args],
                     cwd=d,
                     env=relaunch_env(d),
                     stdout=subprocess.PIPE,

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from launcher.health import preflight
-from launcher.health.external import (
+from relaunch.launcher.health import preflight
+from relaunch.launcher.health.external import (
     ExternalHealthClient,
     external_check,
     interpret_response,

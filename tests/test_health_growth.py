@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.health.growth import counter_growth, growth_by_key, persistent_keys
+from relaunch.launcher.health.growth import counter_growth, growth_by_key, persistent_keys
 
 
 def test_flat_counter_is_not_growth() -> None:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from launcher.health import preflight
-from launcher.health.nvml import (
+from relaunch.launcher.health import preflight
+from relaunch.launcher.health.nvml import (
     GpuSnapshot,
     NvmlOptions,
     evaluate_snapshots,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from launcher.health import CheckResult, HealthReport, preflight
-from launcher.health.nvml import NvmlOptions
+from relaunch.launcher.health import CheckResult, HealthReport, preflight
+from relaunch.launcher.health.nvml import NvmlOptions
 from tests._health_helpers import start_health_service
 
 FAST = NvmlOptions(window_s=0.2, samples=3)
@@ -61,8 +61,8 @@ def test_check_status_is_validated() -> None:
 def test_exclusion_record_names_the_cycle_and_the_node(tmp_path) -> None:
     import json
 
-    from launcher.health import exclusion_record, write_record
-    from launcher.health.report import CheckResult, HealthReport
+    from relaunch.launcher.health import exclusion_record, write_record
+    from relaunch.launcher.health.report import CheckResult, HealthReport
 
     report = HealthReport.from_checks(
         [CheckResult("external_service", "fail", "x" * 5000)], node="gpu-17"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.heartbeat import RankMonitor
-from launcher.timeouts_auto import (
+from relaunch.launcher.heartbeat import RankMonitor
+from relaunch.launcher.timeouts_auto import (
     AutoTimeouts,
     Calculated,
     Observations,

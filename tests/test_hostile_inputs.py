@@ -245,9 +245,9 @@ def fr_cases(tmp: Path, rnd: random.Random) -> list[dict[str, Any]]:
 
 
 def _artifact(tmp: Path) -> dict[str, Any]:
-    import storage
-    from attribution.core.audit import AuditWriter, artifact_path
-    from attribution.core.engine import AttributionEngine
+    from relaunch import storage
+    from relaunch.attribution.core.audit import AuditWriter, artifact_path
+    from relaunch.attribution.core.engine import AttributionEngine
 
     log = tmp / "audit_cycle_0.log"
     log.write_text(infra_log())
@@ -393,7 +393,7 @@ def test_a_sample_through_real_subprocesses(tmp_path: Path, cmd: str) -> None:
     cases = GENERATORS[cmd](tmp_path, rnd)
     for case in random.Random(SEED).sample(cases, 12):
         p = subprocess.run(
-            [sys.executable, "-m", "relaunch_cli", *case["argv"]],
+            [sys.executable, "-m", "relaunch.cli", *case["argv"]],
             cwd=REPO_ROOT,
             env=ENV,
             input=bytes.fromhex(case.get("stdin") or ""),

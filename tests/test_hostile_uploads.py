@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from attribution.core.files import safe_name
+from relaunch.attribution.core.files import safe_name
 from tests._service_helpers import require_restart_agent
 
 require_restart_agent()

@@ -78,12 +78,13 @@ def module_name(rel: Path) -> str:
     return ".".join(parts)
 
 
-def project_imports(path: Path, module: str) -> list[tuple[int, str]]:
-    """(line, dotted name) of every import in `path` (the module `module`) that names a
-    project package; relative imports are resolved against the module's package."""
+def project_imports(path: Path, module: str) -> list[tuple[int, str, bool]]:
+    """(line, dotted name, absolute) of every import in `path` (the module `module`) that
+    names a project package; relative imports are resolved against the module's package
+    (and named as the table names them)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, bool]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -97,9 +98,28 @@ def project_imports(path: Path, module: str) -> list[tuple[int, str]]:
         else:
             continue
         for name in names:
-            if name.split(".")[0] in PACKAGES:
-                found.append((node.lineno, name))
+            canonical = table_name(name)
+            if canonical.split(".")[0] in PACKAGES:
+                relative = bool(getattr(node, "level", 0))
+                found.append((node.lineno, canonical if relative else name, not relative))
     return found
+
+
+def table_name(name: str) -> str:
+    """The table's name for an imported module: `relaunch.storage.db` -> `storage.db`,
+    `relaunch.cli.main` -> `relaunch_cli.main`; other names are returned as they are."""
+    if not name.startswith("relaunch."):
+        return name
+    rest = name.removeprefix("relaunch.")
+    if rest == "cli" or rest.startswith("cli."):
+        return "relaunch_cli" + rest.removeprefix("cli")
+    return rest
+
+
+def old_spelling(name: str) -> bool:
+    """An absolute import of a project package by its folder name (`import storage`),
+    not by its installed name (`relaunch.storage`)."""
+    return name.split(".")[0] in PACKAGES
 
 
 def rule_for(module: str, table: dict[str, frozenset[str]]) -> str:
@@ -134,7 +154,12 @@ def check(root: Path, table: dict[str, frozenset[str]]) -> list[Violation]:
             rel = path.relative_to(root)
             module = module_name(rel)
             rule = rule_for(module, table)
-            for line, imported in project_imports(path, module):
+            for line, imported, absolute in project_imports(path, module):
+                if absolute and old_spelling(imported):
+                    text = "import the project's packages as relaunch.* (docs/ARCHITECTURE.md)"
+                    violations.append(Violation(rel.as_posix(), line, imported, text))
+                    continue
+                imported = table_name(imported)
                 if not allowed(rule, imported, table):
                     text = rule_text(rule, table)
                     violations.append(Violation(rel.as_posix(), line, imported, text))
@@ -162,7 +187,9 @@ def test_every_waiver_still_matches_an_import():
 
 
 def test_every_package_of_the_project_has_a_rule():
-    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench"}
+    # relaunch/ is the namespace: links to the package folders, plus client.py and
+    # __main__.py (checked by test_the_namespace_package_only_names_its_folders)
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench", "relaunch"}
     assert on_disk == set(PACKAGES) == {k.split(".")[0] for k in ALLOWED}
     subpackages = {f"attribution.{p.parent.name}" for p in ROOT.glob("attribution/*/__init__.py")}
     assert subpackages <= set(ALLOWED), subpackages - set(ALLOWED)
@@ -175,24 +202,26 @@ def synthetic(tmp_path: Path) -> Path:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / "restart_agent" / "ok.py").write_text(
-        "import os\nfrom . import model\nfrom restart_agent.model import Verdict\n"
+        "import os\nfrom . import model\nfrom relaunch.restart_agent.model import Verdict\n"
     )
     (tmp_path / "restart_agent" / "bad.py").write_text(
-        "import json\n\n\ndef late():\n    from storage.repository import open_repository\n"
+        "import json\n\n\ndef late():\n    from relaunch.storage.repository import open_repository\n"
     )
     (tmp_path / "storage" / "bad.py").write_text(
-        "from restart_agent.model import Verdict\nfrom restart_agent import scan_file\n"
+        "from relaunch.restart_agent.model import Verdict\nfrom relaunch.restart_agent import scan_file\n"
     )
-    (tmp_path / "web" / "bad.py").write_text("import launcher.agent\n")
-    (tmp_path / "launcher" / "bad.py").write_text("from relaunch_cli import errors\n")
+    (tmp_path / "web" / "bad.py").write_text("import relaunch.launcher.agent\n")
+    (tmp_path / "launcher" / "bad.py").write_text("from relaunch.cli import errors\n")
     (tmp_path / "launcher" / "ok.py").write_text(
-        "from attribution.core.engine import AttributionEngine\nfrom . import bad\n"
+        "from relaunch.attribution.core.engine import AttributionEngine\nfrom . import bad\n"
     )
     (tmp_path / "attribution" / "core").mkdir()
     (tmp_path / "attribution" / "core" / "__init__.py").write_text("from . import engine\n")
     (tmp_path / "attribution" / "core" / "bad.py").write_text(
         "from ..service import app\nfrom .. import web_glue\n"
     )
+    # the folder name instead of the installed name: shadowed by a user's own `storage`
+    (tmp_path / "web" / "old.py").write_text("import storage\n")
     return tmp_path
 
 
@@ -210,6 +239,8 @@ def test_the_check_catches_each_kind_of_violation(synthetic: Path):
         # a sub-package's own rule, relative imports resolved: the core imports no adapter
         ("attribution/core/bad.py", 1, "attribution.service.app"),
         ("attribution/core/bad.py", 2, "attribution.web_glue"),
+        # the old top-level spelling
+        ("web/old.py", 1, "storage"),
     }
     assert found[("restart_agent/bad.py", 5, "storage.repository.open_repository")] == (
         "`restart_agent` may import no other package of the project"
@@ -218,7 +249,26 @@ def test_the_check_catches_each_kind_of_violation(synthetic: Path):
         "may import only attribution.core, restart_agent, storage"
         in found[("launcher/bad.py", 1, "relaunch_cli.errors")]
     )
+    assert found[("web/old.py", 1, "storage")].startswith(
+        "import the project's packages as relaunch.*"
+    )
     messages = [str(v) for v in check(synthetic, ALLOWED)]
     assert "launcher/bad.py:1: imports relaunch_cli.errors — `launcher` may import only" in (
         "\n".join(messages)
     )
+
+
+def test_the_namespace_package_only_names_its_folders():
+    """relaunch/ holds a link per package folder and the two modules of its own."""
+    ns = ROOT / "relaunch"
+    links = {p.name: p.resolve() for p in ns.iterdir() if p.is_symlink()}
+    expected = {
+        ("cli" if pkg == "relaunch_cli" else pkg): (ROOT / pkg).resolve() for pkg in PACKAGES
+    }
+    assert links == expected
+    own = sorted(p.name for p in ns.iterdir() if not p.is_symlink() and p.suffix == ".py")
+    assert own == ["__init__.py", "__main__.py", "client.py"]
+    for name in own:
+        # a from-import is named by its deepest name: drop the imported attribute
+        modules = {n.rpartition(".")[0] for _, n, _ in project_imports(ns / name, "relaunch")}
+        assert modules <= {"relaunch.launcher", "relaunch.launcher.client", "relaunch.cli.main"}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import storage
-from storage import job_id as job_id_rule
+from relaunch import storage
+from relaunch.storage import job_id as job_id_rule
 from tests._launcher_helpers import run_relaunch
 from tests._service_helpers import REPO_ROOT, cli_env, require_restart_agent
 
@@ -63,7 +63,7 @@ def test_relaunch_analyze_refuses_the_id(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "relaunch_cli",
+            "relaunch.cli",
             "analyze",
             str(log),
             "--db",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import job_lock
+from relaunch.launcher import job_lock
 from tests._launcher_helpers import relaunch_env, run_relaunch
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,7 +51,7 @@ def test_second_launcher_of_a_running_job_is_refused(tmp_path: Path) -> None:
     script.write_text(WAITER)
     pid_file, go = tmp_path / "worker.pid", tmp_path / "go"
     first = subprocess.Popen(
-        [sys.executable, "-m", "relaunch_cli", "run", *_args(tmp_path, "j1", script)]
+        [sys.executable, "-m", "relaunch.cli", "run", *_args(tmp_path, "j1", script)]
         + [str(pid_file), str(go)],
         cwd=tmp_path,
         env=relaunch_env(tmp_path),
@@ -103,7 +103,7 @@ def test_an_unusable_lock_directory_warns_and_the_job_runs(tmp_path: Path) -> No
     go.write_text("")
     env = {**relaunch_env(tmp_path), "XDG_RUNTIME_DIR": str(runtime)}
     r = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "run", *_args(tmp_path, "j3", script)]
+        [sys.executable, "-m", "relaunch.cli", "run", *_args(tmp_path, "j3", script)]
         + [str(tmp_path / "p"), str(go)],
         cwd=tmp_path,
         env=env,

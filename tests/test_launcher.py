@@ -254,7 +254,7 @@ def test_sigterm_to_launcher_stops_workers(tmp_path: Path) -> None:
     from tests._launcher_helpers import relaunch_env
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "relaunch_cli", "run"]
+        [sys.executable, "-m", "relaunch.cli", "run"]
         + job_args(tmp_path, "sig", "--ft-attribution-endpoint", "off")
         + [str(WORKER), "--mode", "sleep"],
         cwd=tmp_path,

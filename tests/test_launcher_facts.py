@@ -8,8 +8,8 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-from launcher import facts
-from launcher.jobwide import Proposal, agree, next_cycle_in
+from relaunch.launcher import facts
+from relaunch.launcher.jobwide import Proposal, agree, next_cycle_in
 
 
 def _body(line: str) -> dict:
@@ -87,8 +87,8 @@ def test_agree_takes_the_max_over_the_nodes_through_a_tcpstore() -> None:
 def test_embedded_client_flushes_everything_queued_on_close(tmp_path: Path) -> None:
     """Close right after queuing: the database is opened, migrated and written before the
     close returns (it waits for the budgets of the work queued, not a fixed 2 s)."""
-    from launcher.attribution_client import EmbeddedClient
-    from storage import open_repository
+    from relaunch.launcher.attribution_client import EmbeddedClient
+    from relaunch.storage import open_repository
 
     warnings: list[str] = []
     url = f"sqlite:///{tmp_path / 'h.db'}"
@@ -112,7 +112,7 @@ def test_embedded_client_flushes_everything_queued_on_close(tmp_path: Path) -> N
 
 
 def test_an_abandoned_flush_returns_at_once_and_says_so(tmp_path: Path) -> None:
-    from launcher.attribution_client import EmbeddedClient
+    from relaunch.launcher.attribution_client import EmbeddedClient
 
     warnings: list[str] = []
     hold = threading.Event()
@@ -132,7 +132,7 @@ def test_exit_times_order_real_processes_without_reaping_them() -> None:
     import sys
     import time
 
-    from launcher.exit_times import ExitTimes
+    from relaunch.launcher.exit_times import ExitTimes
 
     first = subprocess.Popen([sys.executable, "-c", "pass"])
     second = subprocess.Popen(

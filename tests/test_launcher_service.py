@@ -43,7 +43,7 @@ def _serve(tmp_path: Path, kind: str, extra: tuple[str, ...] = ()) -> Iterator[s
     args = [
         sys.executable,
         "-m",
-        "relaunch_cli",
+        "relaunch.cli",
         "serve",
         "--db",
         f"sqlite:///{tmp_path / 'service.db'}",

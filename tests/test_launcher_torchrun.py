@@ -159,7 +159,7 @@ def test_run_path_runs_the_script_in_the_worker_interpreter(tmp_path: Path, meth
         "import os, sys\n"
         "print('run_path', os.environ['RANK'], sys.argv[1:], flush=True)\n"
         # a forked worker inherits the launcher's modules; a spawned one starts afresh
-        "print('inherited', 'launcher.agent' in sys.modules, flush=True)\n"
+        "print('inherited', 'relaunch.launcher.agent' in sys.modules, flush=True)\n"
     )
     r = _run(tmp_path, "rp", "--start_method", method, "--run-path", str(script), "x")
     assert r.returncode == 0, r.stderr
@@ -272,7 +272,7 @@ def test_yaml_values_apply_and_the_command_line_wins(tmp_path: Path) -> None:
 
 SAME_FAILURE = """\
 import os, sys, time
-from launcher.client import report_progress
+from relaunch.launcher.client import report_progress
 rank = int(os.environ["RANK"])
 report_progress(iteration=50)  # the same iteration every cycle: no progress
 time.sleep(0.2)

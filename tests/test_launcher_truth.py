@@ -44,7 +44,7 @@ def _engine() -> None:
 
 
 def _repo(tmp_path: Path, db: Path | None = None) -> Any:
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     return open_repository(f"sqlite:///{db or tmp_path / 'home' / 'relaunch.db'}")
 
@@ -162,7 +162,7 @@ def test_same_job_id_continues_from_the_log_folder_without_history(tmp_path: Pat
 TWO_NODE_WORKER = """
 import datetime, os, sys
 import torch.distributed as dist
-from launcher.client import heartbeat
+from relaunch.launcher.client import heartbeat
 heartbeat()
 if int(os.environ["RANK"]) == 1:
     print("rank 1 gives up before joining the group", flush=True)
@@ -202,7 +202,7 @@ def test_two_nodes_share_one_cycle_number_and_restart_budget(tmp_path: Path) -> 
 
 def _start(tmp_path: Path, job: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "relaunch_cli", "run"]
+        [sys.executable, "-m", "relaunch.cli", "run"]
         + job_args(tmp_path, job, *extra)
         + [str(WORKER), "--mode", "sleep"],
         cwd=tmp_path,
@@ -304,7 +304,7 @@ def test_unusable_audit_hmac_key_is_rejected_before_any_worker(tmp_path: Path) -
         env = relaunch_env(tmp_path)
         env["RELAUNCH_AUDIT_HMAC_KEY_FILE"] = str(key)
         r = subprocess.run(
-            [sys.executable, "-m", "relaunch_cli", "run"]
+            [sys.executable, "-m", "relaunch.cli", "run"]
             + job_args(tmp_path, "badkey")
             + [str(WORKER), "--mode", "ok", "--marker", str(marker)],
             cwd=tmp_path,

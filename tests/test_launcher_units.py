@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import config
-from launcher.attribution_client import EmbeddedClient, HttpClient, OffClient, VerdictInfo
-from launcher.cycle_log import MAX_LINE_BYTES, CycleLog, FileSink, LineSink, cycle_log_name
-from launcher.heartbeat import HeartbeatServer, RankMonitor
+from relaunch.launcher import config
+from relaunch.launcher.attribution_client import EmbeddedClient, HttpClient, OffClient, VerdictInfo
+from relaunch.launcher.cycle_log import MAX_LINE_BYTES, CycleLog, FileSink, LineSink, cycle_log_name
+from relaunch.launcher.heartbeat import HeartbeatServer, RankMonitor
 from tests._launcher_helpers import REPO, engine_available, run_relaunch
 
 # -- cycle log ------------------------------------------------------------------------
@@ -544,7 +544,7 @@ def _verdict_sink_agent():  # type: ignore[no-untyped-def]
     """A RelaunchAgent with only what `_on_verdict` uses (no rendezvous, no workers)."""
     import io
 
-    from launcher.agent import RelaunchAgent
+    from relaunch.launcher.agent import RelaunchAgent
 
     agent = RelaunchAgent.__new__(RelaunchAgent)
     agent.settings = config.resolve({"ft_attribution_stop_action": "no-restart"})
@@ -591,7 +591,7 @@ def test_console_shows_what_torchrun_shows(
     tailed (tee) -> prefixed, inherited console stream -> raw, file or /dev/null -> hidden."""
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
 
-    from launcher.console import Console, ConsoleSpec, parse_ranks_filter, parse_std
+    from relaunch.launcher.console import Console, ConsoleSpec, parse_ranks_filter, parse_std
 
     ranks = parse_ranks_filter(ranks_filter)
     torch_specs = DefaultLogsSpecs(
@@ -616,7 +616,7 @@ def test_console_shows_what_torchrun_shows(
 def test_console_prefixes() -> None:
     import io
 
-    from launcher.console import Console, ConsoleSpec, Std
+    from relaunch.launcher.console import Console, ConsoleSpec, Std
 
     out, err = io.StringIO(), io.StringIO()
     c = Console(ConsoleSpec(tee=Std.ALL), 2, out, err)
@@ -749,7 +749,7 @@ def test_policy_thresholds_and_nvrx_no_progress_cycles(tmp_path: Path) -> None:
 
 
 def test_serve_takes_the_same_policy_thresholds(tmp_path: Path) -> None:
-    from relaunch_cli import serve_cmd
+    from relaunch.cli import serve_cmd
 
     args = serve_cmd.build_parser("relaunch serve").parse_args(
         ["--max-no-progress-restarts", "7", "--same_root_retries", "2"]
@@ -787,8 +787,8 @@ def test_run_help_names_every_exit_code_of_the_launcher() -> None:
     import contextlib
     import io
 
-    from launcher import agent
-    from relaunch_cli.run_cmd import build_parser
+    from relaunch.cli.run_cmd import build_parser
+    from relaunch.launcher import agent
 
     codes = {v for k, v in vars(agent).items() if k.startswith("EXIT_") and isinstance(v, int)}
     out = io.StringIO()

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def test_cycle_logs_go_to_the_funnel_writer(tmp_path: Path) -> None:
-    from launcher.funnel import FunnelServer
+    from relaunch.launcher.funnel import FunnelServer
 
     root = tmp_path / "writer"
     root.mkdir()
@@ -122,7 +122,7 @@ def test_two_nodes_name_logs_by_node_and_global_rank(tmp_path: Path) -> None:
 
 
 def _db_verdict(tmp_path: Path, job: str, cycle: int, db: Path | None = None):  # type: ignore[no-untyped-def]
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     repo = open_repository(f"sqlite:///{db or tmp_path / 'home' / 'relaunch.db'}")
     try:
@@ -175,7 +175,7 @@ def test_node_failing_its_check_after_a_cycle_is_in_that_cycles_verdict(tmp_path
 ELASTIC_WORKER = """
 import os, signal, sys, time
 import torch, torch.distributed as dist
-from launcher.client import heartbeat
+from relaunch.launcher.client import heartbeat
 marker = sys.argv[1]
 heartbeat()
 world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
@@ -222,7 +222,7 @@ def test_elastic_job_continues_without_the_unhealthy_node(tmp_path: Path) -> Non
 
     def launcher(name: str, *extra: str) -> subprocess.Popen[str]:
         cmd = [
-            sys.executable, "-m", "relaunch_cli", "run",
+            sys.executable, "-m", "relaunch.cli", "run",
             "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "el",
             # torch's dynamic rendezvous: both nodes active (scale-up); with the default

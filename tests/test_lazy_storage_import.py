@@ -26,7 +26,7 @@ def test_analyze_without_db_imports_no_sqlalchemy(tmp_path: Path) -> None:
     log = tmp_path / "cycle.log"
     log.write_text(LOG, encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "relaunch_cli", "analyze", str(log)]
+        [sys.executable, "-X", "importtime", "-m", "relaunch.cli", "analyze", str(log)]
         + ["--job-id", "exp-1", "--format", "json"],
         cwd=ROOT,
         capture_output=True,
@@ -38,7 +38,7 @@ def test_analyze_without_db_imports_no_sqlalchemy(tmp_path: Path) -> None:
     assert verdict["decision"] == "RESTART"
     assert verdict["primary"]["failure_class"] == "cuda_illegal_memory_access"
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
-    assert "storage.job_id" in imported  # the --job-id check ran
+    assert "relaunch.storage.job_id" in imported  # the --job-id check ran
     assert not [m for m in imported if m.split(".")[0] == "sqlalchemy"]
 
 
@@ -63,7 +63,7 @@ def test_storage_names_resolve_to_their_modules() -> None:
 
 
 def test_bad_cycle_bound_is_still_a_storage_error(monkeypatch) -> None:
-    import storage
+    from relaunch import storage
 
     monkeypatch.setenv(storage.MAX_CYCLES_ENV, "0")
     try:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from relaunch_cli import llm_options
-from relaunch_cli.errors import UserError
-from restart_agent.llm import LLMConfig
+from relaunch.cli import llm_options
+from relaunch.cli.errors import UserError
+from relaunch.restart_agent.llm import LLMConfig
 from tests._llm_helpers import KEY, answer, write_log
 from tests._llm_server import LLMServer
 
@@ -120,7 +120,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("OPENAI_API_KEY", None)
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", *args],
+        [sys.executable, "-m", "relaunch.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -131,7 +131,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _analyze_available() -> None:
     try:
-        import restart_agent
+        from relaunch import restart_agent
 
         restart_agent.LogScanner  # noqa: B018
     except (ImportError, AttributeError):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent.llm import LLMConfig, LLMConfigError, enrich, enrich_and_apply
-from restart_agent.llm.prompt import Budget, estimate_tokens
+from relaunch.restart_agent.llm import LLMConfig, LLMConfigError, enrich, enrich_and_apply
+from relaunch.restart_agent.llm.prompt import Budget, estimate_tokens
 from tests._llm_helpers import (
     KEY,
     PRIMARY_TEXT,

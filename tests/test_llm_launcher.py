@@ -45,7 +45,7 @@ def _run(tmp_path: Path, job: str, server: LLMServer, model: str, key: Path):  #
 
 
 def _db(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     return open_repository(f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}")
 

@@ -10,15 +10,17 @@ from typing import Any
 import pytest
 
 try:
-    from attribution.core.engine import AttributionEngine, VerdictEvent
+    from relaunch.attribution.core.engine import AttributionEngine, VerdictEvent
 except ImportError as exc:  # the engine needs the restart agent's scanner (issue 2)
-    pytest.skip(f"attribution.core.engine is not importable yet: {exc}", allow_module_level=True)
+    pytest.skip(
+        f"relaunch.attribution.core.engine is not importable yet: {exc}", allow_module_level=True
+    )
 
-from attribution.core.audit import AuditWriter
-from attribution.core.enrichment import EnrichmentListener, audit_sidecar_path
-from restart_agent.llm.policy import RULE
-from restart_agent.model import Verdict
-from storage import HistoryRepository
+from relaunch.attribution.core.audit import AuditWriter
+from relaunch.attribution.core.enrichment import EnrichmentListener, audit_sidecar_path
+from relaunch.restart_agent.llm.policy import RULE
+from relaunch.restart_agent.model import Verdict
+from relaunch.storage import HistoryRepository
 from tests._llm_helpers import KEY, answer, config, make_verdict, write_log
 from tests._llm_server import LLMServer
 

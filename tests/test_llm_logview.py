@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent.llm import logview
+from relaunch.restart_agent.llm import logview
 
 
 def _naive(data: bytes) -> dict[int, str]:

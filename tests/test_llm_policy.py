@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from restart_agent.llm import apply_enrichment, enrich, enrich_and_apply
-from restart_agent.llm.policy import RULE, shortenable_recoverability, shortenable_rules
-from restart_agent.model import Evidence, PolicyConfig
+from relaunch.restart_agent.llm import apply_enrichment, enrich, enrich_and_apply
+from relaunch.restart_agent.llm.policy import RULE, shortenable_recoverability, shortenable_rules
+from relaunch.restart_agent.model import Evidence, PolicyConfig
 from tests._llm_helpers import SHORTENABLE_RULE, answer, config, make_verdict, write_log
 from tests._llm_server import LLMServer
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-import storage
+from relaunch import storage
 from tests._web_helpers import REPO_ROOT, free_port, seed_history
 
 EXPECTED_TOOLS = {
@@ -53,7 +53,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def stdio_params(world: dict[str, Any], *extra: str) -> StdioServerParameters:
-    args = ["-m", "relaunch_cli", "mcp", "--db", world["url"], "--allowed-root", str(world["root"])]
+    args = ["-m", "relaunch.cli", "mcp", "--db", world["url"], "--allowed-root", str(world["root"])]
     return StdioServerParameters(
         command=sys.executable,
         args=args + ["--dashboard-url", "http://dash:8000", *extra],
@@ -247,7 +247,7 @@ def test_analyze_log_uses_history_and_saves_only_when_asked(world: dict[str, Any
 
 
 def test_cli_rejects_bad_flags_with_one_line_errors(world: dict[str, Any]) -> None:
-    base = [sys.executable, "-m", "relaunch_cli", "mcp"]
+    base = [sys.executable, "-m", "relaunch.cli", "mcp"]
     cases = [
         (["--allowed-root", str(world["tmp"] / "nope")], "is not a directory"),
         (["--http", "--port", "70000"], "argument --port: must be between 1 and 65535"),
@@ -268,7 +268,7 @@ def test_cli_rejects_bad_flags_with_one_line_errors(world: dict[str, Any]) -> No
 
 def test_streamable_http_serves_the_same_tools(world: dict[str, Any], tmp_path: Path) -> None:
     port = free_port()
-    argv = [sys.executable, "-m", "relaunch_cli", "mcp", "--db", world["url"], "--http"]
+    argv = [sys.executable, "-m", "relaunch.cli", "mcp", "--db", world["url"], "--http"]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
     out = open(tmp_path / "mcp-http.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(argv, env=env(), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
@@ -307,7 +307,7 @@ def test_streamable_http_serves_the_same_tools(world: dict[str, Any], tmp_path: 
 
 def _start_http(world: dict[str, Any], tmp_path: Path, *extra: str) -> tuple[Any, str]:
     port = free_port()
-    argv = [sys.executable, "-m", "relaunch_cli", "mcp", "--db", world["url"], "--http"]
+    argv = [sys.executable, "-m", "relaunch.cli", "mcp", "--db", world["url"], "--http"]
     argv += ["--host", "127.0.0.1", "--port", str(port), *extra]
     out = open(tmp_path / "mcp-http.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(argv, env=env(), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)

@@ -1,4 +1,4 @@
-"""restart_agent.multiscan: both literal-search backends give the same occurrences.
+"""relaunch.restart_agent.multiscan: both literal-search backends give the same occurrences.
 
 The native backend (Hyperscan) and the stdlib one (`re` passes per first byte, `rfind`
 chains) must report the same (end offset, literal) pairs and the same `once` literals on
@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from restart_agent.multiscan import NativeScan, StdlibScan, literal_scan, native_search
-from restart_agent.ranks import RankCollector
-from restart_agent.registry import default_registry
+from relaunch.restart_agent.multiscan import NativeScan, StdlibScan, literal_scan, native_search
+from relaunch.restart_agent.ranks import RankCollector
+from relaunch.restart_agent.registry import default_registry
 from tests._agent_helpers import native_installed
 
 needs_native = pytest.mark.skipif(

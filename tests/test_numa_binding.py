@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.numa import NumaError, gpus_visible, numa_nodes, plan_binding
-from launcher.sysfs import parse_cpulist
+from relaunch.launcher.numa import NumaError, gpus_visible, numa_nodes, plan_binding
+from relaunch.launcher.sysfs import parse_cpulist
 from tests._launcher_helpers import REPO, job_args, relaunch_env
 
 WORKER = REPO / "tests" / "workers" / "health_job.py"
@@ -100,7 +100,7 @@ def _run(tmp_path: Path, mode: str, nproc: int, sysfs: Path | None = None):  # t
                     "--numa-binding", mode, "--tee", "3") + [str(WORKER)]  # fmt: skip
     args[args.index("--nproc-per-node") + 1] = str(nproc)
     r = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "run", *args],
+        [sys.executable, "-m", "relaunch.cli", "run", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

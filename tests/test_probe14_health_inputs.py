@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import RunSettings, resolve
-from launcher.health.exclusion_file import (
+from relaunch.launcher.config import RunSettings, resolve
+from relaunch.launcher.health.exclusion_file import (
     ExclusionFileError,
     append_exclusion,
     read_exclusions,
 )
-from launcher.health.runtime import RuntimeHealth
-from launcher.health.storage import StorageCheck
-from launcher.timeouts_auto import AutoTimeouts, state_name
+from relaunch.launcher.health.runtime import RuntimeHealth
+from relaunch.launcher.health.storage import StorageCheck
+from relaunch.launcher.timeouts_auto import AutoTimeouts, state_name
 from tests._launcher_helpers import REPO, job_args, relaunch_env, run_relaunch
 
 WORKER = REPO / "tests" / "workers" / "health_job.py"
@@ -47,7 +47,7 @@ def _run_env(tmp_path: Path, args: list[str], timeout: float = 60):  # type: ign
     env = relaunch_env(tmp_path)
     env["RELAUNCH_SYSFS_ROOT"] = str(_fake_sysfs(tmp_path))
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "run", *args],
+        [sys.executable, "-m", "relaunch.cli", "run", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
@@ -168,7 +168,7 @@ def test_exclusion_file_in_a_directory_that_cannot_be_written_warns(tmp_path: Pa
     said: list[str] = []
     health = RuntimeHealth(settings, said.append, said.append)
     assert health.excluded() is None  # missing: fail open
-    from launcher.health.report import CheckResult, HealthReport
+    from relaunch.launcher.health.report import CheckResult, HealthReport
 
     health.publish(HealthReport.from_checks([CheckResult("nic_link", "fail", "down")], node="n7"))
     assert any(
@@ -297,8 +297,8 @@ def test_exclusion_append_gives_up_on_a_lock_that_stays_held(tmp_path: Path) -> 
 def test_numa_topology_with_a_bogus_cpulist_is_a_usage_error(tmp_path: Path) -> None:
     """A cpulist of `0-99999999999` used to build a set of 10^11 CPUs (memory exhausted);
     text that is no CPU list escaped as a bare int() error."""
-    from launcher.numa import NumaError, numa_nodes
-    from launcher.sysfs import parse_cpulist
+    from relaunch.launcher.numa import NumaError, numa_nodes
+    from relaunch.launcher.sysfs import parse_cpulist
 
     with pytest.raises(ValueError, match="bad CPU range"):
         parse_cpulist("0-70000")  # just past the bound: cheap even where unbounded

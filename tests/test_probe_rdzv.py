@@ -45,7 +45,7 @@ def test_unreachable_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     port = free_port()
     r = subprocess.run(
         [
-            sys.executable, "-m", "relaunch_cli", "run", "--nnodes", "2",
+            sys.executable, "-m", "relaunch.cli", "run", "--nnodes", "2",
             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "is_host=false,read_timeout=2",
             "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
             "--log-dir", str(tmp_path / "logs"), str(RDZV_WORKER),
@@ -105,7 +105,7 @@ def test_a_duplicate_infra_rank_fails_the_round_on_every_node() -> None:
                       timeout=timedelta(seconds=30))  # fmt: skip
     c = Cluster(server, 2, 4, last_call_timeout=0)
     try:
-        from launcher.rdzv_store import Keys, dumps
+        from relaunch.launcher.rdzv_store import Keys, dumps
 
         dups = []
         for node in ("dupA", "dupB"):  # two live launchers both claiming infra rank 1
@@ -137,7 +137,7 @@ def test_a_restarted_launcher_is_not_a_duplicate_of_its_dead_incarnation() -> No
 
     from torch.distributed import TCPStore
 
-    from launcher.rdzv_store import Keys, dumps
+    from relaunch.launcher.rdzv_store import Keys, dumps
     from tests.test_rdzv_barrier import Cluster
 
     server = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True,

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from launcher.progress_guard import (
+from relaunch.launcher.progress_guard import (
     GuardState,
     ProgressGuard,
     Proposal,
@@ -75,7 +75,7 @@ def test_nothing_is_counted_before_the_first_report() -> None:
 
 
 def test_limit_off_counts_but_never_ends() -> None:
-    from attribution.core.policy_config import MAX_VALUE
+    from relaunch.attribution.core.policy_config import MAX_VALUE
 
     assert not enabled(MAX_VALUE) and not enabled(0) and enabled(1)
     g = ProgressGuard(limit=MAX_VALUE)
@@ -168,8 +168,8 @@ def test_exchange_through_a_store() -> None:
 def test_the_analyzer_reader_skips_the_new_facts() -> None:
     """`restart_agent.facts` accepts the launcher's new kinds without taking them as
     evidence (a progress_guard fact names the judged cycle, not the log's)."""
-    from launcher import facts
-    from restart_agent.facts import FactCollector
+    from relaunch.launcher import facts
+    from relaunch.restart_agent.facts import FactCollector
 
     c = FactCollector()
     lines = [

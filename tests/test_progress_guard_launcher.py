@@ -79,7 +79,7 @@ def test_job_end_is_recorded_with_its_reason(tmp_path: Path) -> None:
     reason = engine_available()
     if reason:
         pytest.skip(reason)
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     db = tmp_path / "h.db"
     r = run_relaunch(

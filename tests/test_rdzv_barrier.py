@@ -18,8 +18,8 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousParameters,
 )
 
-from launcher.rdzv_barrier import BarrierRendezvousHandler, close_for_exit
-from launcher.rdzv_store import Keys, dumps, get_int, get_str, run_store
+from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler, close_for_exit
+from relaunch.launcher.rdzv_store import Keys, dumps, get_int, get_str, run_store
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import rdzv_node
+from relaunch.launcher import rdzv_node
 from tests._launcher_helpers import run_relaunch
 from tests._rdzv_helpers import RDZV_WORKER
 
@@ -28,7 +28,7 @@ def _usage_error(tmp_path: Path, args: list[str], env: dict[str, str] | None = N
         full.pop(k, None)
     full.update(env or {})
     r = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "run", *args, str(RDZV_WORKER)],
+        [sys.executable, "-m", "relaunch.cli", "run", *args, str(RDZV_WORKER)],
         cwd=tmp_path, env=full, capture_output=True, text=True, timeout=90,
     )  # fmt: skip
     assert r.returncode == 2, (r.returncode, r.stderr)

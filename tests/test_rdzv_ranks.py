@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from launcher.rdzv_ranks import AssignmentError, Participant, assign
+from relaunch.launcher.rdzv_ranks import AssignmentError, Participant, assign
 
 
 def node(i: int, *, infra: int | None = None, seg: str | None = None, was: bool = False):

@@ -70,7 +70,7 @@ def _env() -> dict[str, str]:
 def analyze_subprocess(argv: list[str], cwd: Path) -> dict:
     """One `relaunch analyze` run in its own interpreter, as a user types it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", *argv],
+        [sys.executable, "-m", "relaunch.cli", *argv],
         cwd=cwd,  # not the repository: `relaunch_cli` must come from PYTHONPATH
         env=_env(),
         capture_output=True,

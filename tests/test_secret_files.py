@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from restart_agent.llm.config import LLMConfig, LLMConfigError
-from restart_agent.secret_file import TokenFileError, read_token_file
+from relaunch.restart_agent.llm.config import LLMConfig, LLMConfigError
+from relaunch.restart_agent.secret_file import TokenFileError, read_token_file
 from tests._service_helpers import REPO_ROOT, cli_env
 
 
@@ -61,7 +61,7 @@ def test_analyze_with_a_fifo_as_llm_key_file_is_a_one_line_error(odd_files, tmp_
     log = tmp_path / "c.log"
     log.write_text("[rank0]: ValueError: bad\n")
     r = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "analyze", str(log)]
+        [sys.executable, "-m", "relaunch.cli", "analyze", str(log)]
         + ["--ft-llm-base-url", "http://127.0.0.1:1/v1", "--ft-llm-model", "m"]
         + ["--ft-llm-api-key-file", str(odd_files["fifo"])],
         cwd=str(REPO_ROOT),

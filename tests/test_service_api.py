@@ -51,7 +51,7 @@ def write_log(path: Path, lines: list[str]) -> Path:
 
 def cli_analyze(path: Path, *extra: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "analyze", str(path), "--format", "json", *extra],
+        [sys.executable, "-m", "relaunch.cli", "analyze", str(path), "--format", "json", *extra],
         cwd=str(REPO_ROOT),
         env=cli_env(),
         capture_output=True,
@@ -302,7 +302,7 @@ def test_unix_socket_service(service_factory):
     assert stat.S_IMODE(os.stat(svc.uds).st_mode) == 0o600  # owner only
     # a second service cannot take over a socket that is being served
     proc = subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "serve", "--uds", str(svc.uds)],
+        [sys.executable, "-m", "relaunch.cli", "serve", "--uds", str(svc.uds)],
         cwd=str(REPO_ROOT),
         env=cli_env({"RELAUNCH_HOME": str(svc.workdir / "h2")}),
         capture_output=True,

@@ -14,7 +14,7 @@ from tests._service_helpers import REPO_ROOT, cli_env
 
 def serve(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relaunch_cli", "serve", *args],
+        [sys.executable, "-m", "relaunch.cli", "serve", *args],
         cwd=str(REPO_ROOT),
         env=cli_env({"RELAUNCH_HOME": str(home)}),
         capture_output=True,
@@ -85,7 +85,7 @@ def test_help_lists_the_flags(tmp_path: Path):
 
 def test_dashboard_url_defaults_to_the_services_own_address():
     """Slack alerts link the dashboard even without --dashboard-url."""
-    from relaunch_cli.serve_cmd import build_parser, default_dashboard_url, settings_from_args
+    from relaunch.cli.serve_cmd import build_parser, default_dashboard_url, settings_from_args
 
     p = build_parser("relaunch serve")
     assert default_dashboard_url(p.parse_args([])) == "http://127.0.0.1:8570"

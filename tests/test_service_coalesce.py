@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from attribution.service.settings import ServiceSettings
-from attribution.service.state import ServiceState
+from relaunch.attribution.service.settings import ServiceSettings
+from relaunch.attribution.service.state import ServiceState
 
 
 def make_state(tmp_path: Path) -> tuple[ServiceState, Path]:

@@ -124,8 +124,8 @@ def test_file_swapped_for_symlink_or_fifo_never_read_or_blocks(service_factory, 
 
 
 def test_open_confined_refuses_every_escape(tmp_path):
-    from attribution.service.confined import open_confined
-    from attribution.service.errors import ApiError
+    from relaunch.attribution.service.confined import open_confined
+    from relaunch.attribution.service.errors import ApiError
 
     root = tmp_path / "root"
     (root / "a" / "b").mkdir(parents=True)

@@ -19,9 +19,9 @@ from tests._service_helpers import require_restart_agent
 
 require_restart_agent()
 
-from attribution.service.errors import ApiError  # noqa: E402
-from attribution.service.tracker import TrackedLog  # noqa: E402
-from restart_agent import scan_file  # noqa: E402
+from relaunch.attribution.service.errors import ApiError  # noqa: E402
+from relaunch.attribution.service.tracker import TrackedLog  # noqa: E402
+from relaunch.restart_agent import scan_file  # noqa: E402
 
 
 def corpus() -> bytes:

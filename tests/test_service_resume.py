@@ -150,7 +150,7 @@ def test_request_waiting_past_the_analysis_timeout_gets_202(service_factory, tmp
 def test_repository_tracks_analyses_in_flight(tmp_path, backend):
     import os as _os
 
-    import storage
+    from relaunch import storage
 
     if backend == "postgresql":
         url = _os.environ.get("RELAUNCH_TEST_PG_URL")

@@ -266,8 +266,8 @@ def test_dashboard_needs_the_token_unless_dashboard_public(service_factory):
 
 
 def test_every_dashboard_route_is_covered_by_the_public_read_rule():
-    from attribution.service.limits import is_dashboard_read
-    from web.routes import create_router
+    from relaunch.attribution.service.limits import is_dashboard_read
+    from relaunch.web.routes import create_router
 
     for route in create_router(lambda: None).routes:
         concrete = route.path.replace("{job_id:path}", "j/1").replace("{cycle}", "0")

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed.elastic.metrics.api as metrics_api
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from launcher.agent import signal_behind
+from relaunch.launcher.agent import signal_behind
 
 
 class _SignalOnFirstTime:

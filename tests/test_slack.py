@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from attribution.core.engine import VerdictEvent
-from attribution.notify.slack import SlackConfig, SlackNotifier
-from relaunch_cli import slack_options
-from restart_agent.model import Decision, Evidence, Progress, Rule, Verdict
+from relaunch.attribution.core.engine import VerdictEvent
+from relaunch.attribution.notify.slack import SlackConfig, SlackNotifier
+from relaunch.cli import slack_options
+from relaunch.restart_agent.model import Decision, Evidence, Progress, Rule, Verdict
 from tests._slack_server import SlackServer
 
 TOKEN = "xoxb-test-token"
@@ -171,7 +171,7 @@ def test_same_cycle_verdict_is_deduplicated_per_job() -> None:
 def test_dedup_kept_in_the_database_survives_a_restart(tmp_path: Any) -> None:
     """Two notifiers over one SQLite history, one after the other (a service restart):
     the second sends neither the same cycle's STOP nor the same recurrence again."""
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     repo = open_repository(f"sqlite:///{tmp_path / 'h.db'}")
     with SlackServer(TOKEN) as server:
@@ -197,7 +197,7 @@ def test_dedup_kept_in_the_database_survives_a_restart(tmp_path: Any) -> None:
 
 def test_an_alert_that_was_never_delivered_is_not_recorded(tmp_path: Any) -> None:
     """Slack is down: the STOP is given up, so a restarted service still sends it."""
-    from storage import open_repository
+    from relaunch.storage import open_repository
     from tests._web_helpers import free_port
 
     repo = open_repository(f"sqlite:///{tmp_path / 'h.db'}")
@@ -224,7 +224,7 @@ def test_a_failing_dedup_store_never_loses_a_stop(caplog: pytest.LogCaptureFixtu
     with SlackServer(TOKEN) as server:
         n = notifier(server)
         n.use_store(broken, broken)
-        with caplog.at_level(logging.ERROR, logger="attribution.notify.slack"):
+        with caplog.at_level(logging.ERROR, logger="relaunch.attribution.notify.slack"):
             assert n.notify("a", 1, verdict()) == "stop"
         n.close()
         assert len(server.wait_for(1)) == 1
@@ -263,7 +263,7 @@ def test_gives_up_after_max_attempts_and_logs(caplog: pytest.LogCaptureFixture) 
     with SlackServer(TOKEN) as server:
         server.script(["500"] * 10)
         n = notifier(server, max_attempts=3)
-        with caplog.at_level(logging.WARNING, logger="attribution.notify.slack"):
+        with caplog.at_level(logging.WARNING, logger="relaunch.attribution.notify.slack"):
             n.notify("j", 1, verdict())
             assert n.flush(10)
         n.close()
@@ -375,7 +375,7 @@ def test_flags_token_file_env_and_errors(tmp_path: Any) -> None:
 
 
 def test_from_args_raises_user_error_for_the_cli() -> None:
-    from relaunch_cli.errors import UserError
+    from relaunch.cli.errors import UserError
 
     with pytest.raises(UserError, match="needs a token"):
         slack_options.from_args(_parse(["--slack-channel", "#ops"]), environ={})

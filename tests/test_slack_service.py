@@ -84,7 +84,7 @@ def test_bad_slack_flags_stop_the_service_with_one_line(tmp_path) -> None:
 
     from tests._service_helpers import REPO_ROOT, cli_env
 
-    argv = [sys.executable, "-m", "relaunch_cli", "serve", "--db", f"sqlite:///{tmp_path}/x.db"]
+    argv = [sys.executable, "-m", "relaunch.cli", "serve", "--db", f"sqlite:///{tmp_path}/x.db"]
     argv += ["--port", "0", "--slack-channel", "#c", "--slack-token-file", str(tmp_path / "no")]
     env = cli_env()
     env.pop("SLACK_BOT_TOKEN", None)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-import storage
-from storage import StorageError, open_repository
-from storage.models import Cycle, EvidenceRow, Job
+from relaunch import storage
+from relaunch.storage import StorageError, open_repository
+from relaunch.storage.models import Cycle, EvidenceRow, Job
 from tests._storage_helpers import sqlite_url, verdict
 
 
@@ -380,7 +380,7 @@ def test_the_launchers_final_state_is_never_overwritten_by_a_verdict(db_url):
 
 
 def test_bulk_insert_cycles_recounts_the_job_and_applies_the_bound(db_url):
-    from storage.service_queries import bulk_insert_cycles
+    from relaunch.storage.service_queries import bulk_insert_cycles
 
     repo = open_repository(db_url, max_cycles_per_job=5)
     rows = ({"cycle": c, "decision": "RESTART", "log_path": f"/l/{c}.log"} for c in range(8))

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from storage import open_repository
+from relaunch.storage import open_repository
 from tests._storage_helpers import REPO_ROOT, pg_url_or_skip, sqlite_url
 
 WRITER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from tests._storage_helpers import verdict
-from storage import open_repository
+from relaunch.storage import open_repository
 url, me, start, rounds = sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
 while time.time() < start:
     time.sleep(0.005)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import open_repository
-from storage.db import enable_wal
+from relaunch.storage import open_repository
+from relaunch.storage.db import enable_wal
 from tests._storage_helpers import REPO_ROOT, infra_log, sqlite_url
 
 
@@ -131,7 +131,7 @@ def test_analyze_on_a_new_database_another_process_is_writing_records_its_verdic
     holder = _hold_write_lock(path, with_table=False)
     log = tmp_path / "cycle.log"
     log.write_text(infra_log())
-    cmd = [sys.executable, "-m", "relaunch_cli", "analyze", str(log), "--db", sqlite_url(tmp_path)]
+    cmd = [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", sqlite_url(tmp_path)]
     cmd += ["--job-id", "j", "--format", "json"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)

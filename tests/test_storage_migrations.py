@@ -8,10 +8,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from storage import open_repository
-from storage.db import make_engine
-from storage.migrate import alembic_config, head_revision, upgrade_to_head
-from storage.models import Base
+from relaunch.storage import open_repository
+from relaunch.storage.db import make_engine
+from relaunch.storage.migrate import alembic_config, head_revision, upgrade_to_head
+from relaunch.storage.models import Base
 from tests._storage_helpers import sqlite_url, verdict
 
 
@@ -76,7 +76,7 @@ def test_0002_adds_the_log_path_index_and_keeps_data(db_url):
     repo = open_repository(db_url)
     assert "ix_cycles_log_path" in _index_names(repo.engine, "cycles")
     assert [c.cycle for c in repo.list_cycles("j")] == [0, 1]
-    from storage.service_queries import find_cycle_by_log_path
+    from relaunch.storage.service_queries import find_cycle_by_log_path
 
     assert find_cycle_by_log_path(repo, "/logs/b.log") == ("j", 1)
     repo.close()

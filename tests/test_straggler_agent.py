@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from launcher.straggler_scores import StragglerScorer
-from restart_agent import decide
+from relaunch.launcher.straggler_scores import StragglerScorer
+from relaunch.restart_agent import decide
 from tests._agent_helpers import fact, scan_text
 
 WATCHDOG = "".join(

@@ -108,7 +108,7 @@ def test_a_straggler_that_becomes_a_hang_is_the_stored_verdicts_suspect(tmp_path
     """Launcher facts -> embedded restart agent -> SQLite history, all real: the slow rank
     is named, then hangs; the others wait for it in the all_reduce. The hang ends the cycle
     and the verdict blames the straggler (rank_source straggler), with its scores stored."""
-    import storage
+    from relaunch import storage
 
     args = _args(
         tmp_path,
@@ -172,7 +172,7 @@ def test_two_nodes_compare_their_ranks_through_the_rendezvous_store(tmp_path: Pa
 def test_a_succeeded_cycles_scores_are_kept_in_storage(tmp_path: Path) -> None:
     """A cycle that succeeds is never analysed; its straggler scores still reach the
     history (read from the facts at the end of its log when the launcher records its end)."""
-    from storage import open_repository
+    from relaunch.storage import open_repository
 
     db = f"sqlite:///{tmp_path / 'h.db'}"
     args = [

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-import storage
+from relaunch import storage
 from tests.test_mcp import stdio_params
 
 SCORES = {

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from launcher.straggler_scores import (
+from relaunch.launcher.straggler_scores import (
     StragglerReports,
     StragglerScorer,
     parse_summary,
     score_report,
 )
-from launcher.straggler_worker import StragglerTimer, choose_timer
+from relaunch.launcher.straggler_worker import StragglerTimer, choose_timer
 
 MS = 1_000_000
 

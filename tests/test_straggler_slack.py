@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from attribution.core.engine import VerdictEvent
-from relaunch_cli import slack_options
-from restart_agent.model import Verdict
+from relaunch.attribution.core.engine import VerdictEvent
+from relaunch.cli import slack_options
+from relaunch.restart_agent.model import Verdict
 from tests._slack_server import SlackServer
 from tests.test_slack import TOKEN, notifier
 

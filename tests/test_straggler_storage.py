@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from storage import open_repository
-from storage.migrate import head_revision
+from relaunch.storage import open_repository
+from relaunch.storage.migrate import head_revision
 from tests._storage_helpers import sqlite_url
 
 SCORES = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import storage
+from relaunch import storage
 from tests._web_helpers import DashboardServer, http_get
 
 SCORES = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import storage
+from relaunch import storage
 from tests._web_helpers import SEED_GOODPUT, XSS, DashboardServer, http_get, seed_history
 
 
@@ -228,9 +228,9 @@ def test_job_ids_with_slashes_or_markup_are_refused(site: dict[str, Any]) -> Non
 
 
 def test_jobs_list_is_bounded(site: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    import web.routes
+    import relaunch.web.routes
 
-    monkeypatch.setattr(web.routes, "JOBS_LIMIT", 1)
+    monkeypatch.setattr(relaunch.web.routes, "JOBS_LIMIT", 1)
     html = http_get(site["url"] + "/").text
     assert len(re.findall(r'<tr class="job[ "]', html)) == 1
     assert 'id="jobs-limit">Showing the first 1 jobs (failing first' in html

@@ -3,7 +3,7 @@ stop the live poll."""
 
 from __future__ import annotations
 
-from web.views import TERMINAL_STATES, exit_cause
+from relaunch.web.views import TERMINAL_STATES, exit_cause
 
 
 def test_a_cycle_that_ended_without_analysis_says_how_it_ended() -> None:
@@ -31,7 +31,7 @@ def test_interrupted_jobs_are_not_polled_live() -> None:
 def test_dates_before_year_one_in_utc_and_interrupted_filter(tmp_path) -> None:
     """`since=0001-01-01T00:00+01:00` is before year 1 in UTC: 400, not a 500; the state
     filter knows `interrupted` (a state the launcher records)."""
-    from storage import open_repository
+    from relaunch.storage import open_repository
     from tests._web_helpers import DashboardServer, http_get
 
     repo = open_repository(f"sqlite:///{tmp_path / 'w.db'}")

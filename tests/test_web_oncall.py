@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import storage
+from relaunch import storage
 from tests._web_helpers import T0, DashboardServer, _ev, http_get, make_verdict, seed_history
 
 
@@ -165,7 +165,7 @@ def test_head_answers_like_get_without_a_body(site: dict[str, Any], path: str) -
 def test_cycle_page_next_step_is_the_mcp_one_and_shows_the_traceback(
     site: dict[str, Any],
 ) -> None:
-    from attribution.mcp.server import _Tools
+    from relaunch.attribution.mcp.server import _Tools
 
     html = http_get(site["url"] + "/jobs/oom-job/cycles/0").text
     mcp = _Tools(site["repo"], [], None).explain_cycle("oom-job", 0)
@@ -279,7 +279,7 @@ def test_job_page_node_health_notes(site: dict[str, Any]) -> None:
 
 
 def test_mcp_list_jobs_reports_the_deciding_verdict(site: dict[str, Any]) -> None:
-    from attribution.mcp.server import _Tools
+    from relaunch.attribution.mcp.server import _Tools
 
     jobs = {j.job_id: j for j in _Tools(site["repo"], [], None).list_jobs(50, None).jobs}
     early = jobs["stopped-early"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import storage
-from storage import dashboard_queries as dq
+from relaunch import storage
+from relaunch.storage import dashboard_queries as dq
 from tests._web_helpers import DashboardServer, http_get, seed_history
 
 FP = "nccl_network_error:Got completion with error N"
@@ -61,9 +61,9 @@ def test_failure_classes_and_recurring_fingerprints(repo: Any) -> None:
 def test_search_page_lists_facets_and_job_page_says_when_cut(
     repo: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import web.routes
+    import relaunch.web.routes
 
-    monkeypatch.setattr(web.routes, "TIMELINE_LIMIT", 2)
+    monkeypatch.setattr(relaunch.web.routes, "TIMELINE_LIMIT", 2)
     with DashboardServer(repo) as server:
         html = http_get(server.base_url + "/search").text
         job = http_get(server.base_url + "/jobs/train-llama").text

@@ -106,7 +106,7 @@ def test_llm_explanation_from_a_real_enrichment_is_shown(analysed: dict[str, Any
     llm = LLMServer().start()
     try:
         model = llm.script([{"status": 200, "content": answer(4, quote="SyntaxError: unmatched")}])
-        argv = [sys.executable, "-m", "relaunch_cli", "analyze", str(analysed["logs"][2])]
+        argv = [sys.executable, "-m", "relaunch.cli", "analyze", str(analysed["logs"][2])]
         argv += ["--db", analysed["db_url"], "--job-id", "llm-job", "--cycle", "0", "--llm"]
         argv += ["--ft-llm-base-url", llm.base_url, "--ft-llm-model", model, "--format", "json"]
         r = subprocess.run(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from torch.distributed import DistNetworkError, PrefixStore, TCPStore
 
-from launcher.worker_store import WorkerStoreHost
+from relaunch.launcher.worker_store import WorkerStoreHost
 from tests._launcher_helpers import REPO, job_args, read_log, run_relaunch
 
 PROBE = REPO / "tests" / "workers" / "store_probe_job.py"

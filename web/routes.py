@@ -53,10 +53,10 @@ from fastapi.responses import (
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from storage import dashboard_queries
-from storage.repository import JOB_STATES
-from web import charts, logview, views
-from web.advice import next_step
+from relaunch.storage import dashboard_queries
+from relaunch.storage.repository import JOB_STATES
+from relaunch.web import charts, logview, views
+from relaunch.web.advice import next_step
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"

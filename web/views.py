@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from web.straggler_strip import straggler_strip
+from relaunch.web.straggler_strip import straggler_strip
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted"})
 

@@ -37,11 +37,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attribution.core.files import safe_name, write_json_atomic
-from restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle, Verdict
+from relaunch.attribution.core.files import safe_name, write_json_atomic
+from relaunch.restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle, Verdict
 
 if TYPE_CHECKING:
-    from attribution.core.engine import VerdictEvent
+    from relaunch.attribution.core.engine import VerdictEvent
 
 log = logging.getLogger(__name__)
 
@@ -511,8 +511,8 @@ def _scan_log(log_path: str, scanner: Any) -> tuple[int, str]:
 def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> RecheckResult:
     """Verify an artifact's integrity, recompute its verdict from the recorded inputs and
     list every difference (see the module docstring)."""
-    from restart_agent import decide
-    from restart_agent.scanner import LogScanner
+    from relaunch.restart_agent import decide
+    from relaunch.restart_agent.scanner import LogScanner
 
     doc = load_artifact(path)
     inputs = doc["inputs"]

@@ -34,11 +34,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attribution.core.background import BackgroundQueue
-from restart_agent import LogScanner, decide
-from restart_agent.facts import PREFIX as _FACT_PREFIX
-from restart_agent.facts import FactCollector
-from restart_agent.model import (
+from relaunch.attribution.core.background import BackgroundQueue
+from relaunch.restart_agent import LogScanner, decide
+from relaunch.restart_agent.facts import PREFIX as _FACT_PREFIX
+from relaunch.restart_agent.facts import FactCollector
+from relaunch.restart_agent.model import (
     CycleEvidence,
     LauncherFacts,
     NodeHealthNote,
@@ -46,10 +46,10 @@ from restart_agent.model import (
     PriorCycle,
     Verdict,
 )
-from restart_agent.stragglers import verdict_stragglers
+from relaunch.restart_agent.stragglers import verdict_stragglers
 
 if TYPE_CHECKING:  # storage (SQLAlchemy) is imported only by callers that persist
-    from storage import CycleRecord, HistoryRepository
+    from relaunch.storage import CycleRecord, HistoryRepository
 
 log = logging.getLogger(__name__)
 

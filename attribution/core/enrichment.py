@@ -26,15 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attribution.core.audit import artifact_path
-from attribution.core.background import BackgroundQueue
-from attribution.core.files import write_json_atomic
-from restart_agent.llm import LLMConfig, enrich_and_apply
-from restart_agent.model import PolicyConfig
-from storage import HistoryRepository
+from relaunch.attribution.core.audit import artifact_path
+from relaunch.attribution.core.background import BackgroundQueue
+from relaunch.attribution.core.files import write_json_atomic
+from relaunch.restart_agent.llm import LLMConfig, enrich_and_apply
+from relaunch.restart_agent.model import PolicyConfig
+from relaunch.storage import HistoryRepository
 
 if TYPE_CHECKING:
-    from attribution.core.engine import VerdictEvent
+    from relaunch.attribution.core.engine import VerdictEvent
 
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from attribution.core.background import BackgroundQueue
+from relaunch.attribution.core.background import BackgroundQueue
 
 if TYPE_CHECKING:
-    from attribution.core.engine import VerdictEvent
+    from relaunch.attribution.core.engine import VerdictEvent
 
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from attribution.core.engine import AttributionEngine, Listener, VerdictEvent
-    from restart_agent.llm.config import LLMConfig
+    from relaunch.attribution.core.engine import AttributionEngine, Listener, VerdictEvent
+    from relaunch.restart_agent.llm.config import LLMConfig
 
 ResultHook = Callable[["VerdictEvent", dict[str, Any]], Any]
 AlertCheck = Callable[[str, str], bool]  # (job_id, alert key) -> bool
@@ -48,11 +48,11 @@ def install_listeners(
     listeners: list[Listener] = []
     repo, policy = engine.repo, engine.policy
     if audit and engine.audit_dir is not None:
-        from attribution.core.audit import AuditWriter
+        from relaunch.attribution.core.audit import AuditWriter
 
         listeners.append(AuditWriter(engine.audit_dir, repo=repo, policy=policy))
     if webhook_url:
-        from attribution.core.export import WebhookExporter
+        from relaunch.attribution.core.export import WebhookExporter
 
         listeners.append(WebhookExporter(webhook_url))
     if slack is not None:
@@ -60,7 +60,7 @@ def install_listeners(
             slack.use_store(repo.alert_recorded, repo.record_alert)
         listeners.append(slack)
     if llm_config is not None:
-        from attribution.core.enrichment import EnrichmentListener
+        from relaunch.attribution.core.enrichment import EnrichmentListener
 
         listeners.append(
             EnrichmentListener(

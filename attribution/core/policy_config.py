@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from restart_agent.model import POLICY_LIMITS, PolicyConfig
+from relaunch.restart_agent.model import POLICY_LIMITS, PolicyConfig
 
 MAX_VALUE = int(POLICY_LIMITS["job_no_progress_ceiling"][2])
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attribution.fr.analyzer import analyze
-from attribution.fr.reader import DumpSet, read_paths
-from attribution.fr.render import render_text
+from relaunch.attribution.fr.analyzer import analyze
+from relaunch.attribution.fr.reader import DumpSet, read_paths
+from relaunch.attribution.fr.render import render_text
 
 __all__ = ["NoDumpsError", "analyze", "analyze_paths", "culprit_ranks", "read_paths", "render_text"]
 

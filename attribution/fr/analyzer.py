@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from attribution.fr.reader import DumpSet, GroupState, Op, RankDump, RanksKey, parse_ranks
+from relaunch.attribution.fr.reader import DumpSet, GroupState, Op, RankDump, RanksKey, parse_ranks
 
 
 def _group_members(

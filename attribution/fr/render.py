@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from attribution.core.terminal import safe_text
+from relaunch.attribution.core.terminal import safe_text
 
 
 def ranks_str(ranks: Iterable[int]) -> str:

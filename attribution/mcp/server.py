@@ -37,8 +37,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
-from web.advice import next_step
+from relaunch.attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
+from relaunch.web.advice import next_step
 
 INSTRUCTIONS = """\
 relaunch keeps distributed PyTorch training jobs alive and STOPs them when restarting is
@@ -330,7 +330,7 @@ class _Tools:
             raise ToolError("give both job_id and cycle (to use the job's history), or neither")
         if save and job_id is None:
             raise ToolError("save=true needs job_id and cycle")
-        from attribution.core.engine import AttributionEngine
+        from relaunch.attribution.core.engine import AttributionEngine
 
         known = job_id is not None and cycle is not None
         engine = AttributionEngine(self.repo if known else None)
@@ -375,7 +375,7 @@ class _Tools:
         return SearchResults(cycles=[self._cycle(r) for r in rows], count=len(rows), limit=limit)
 
     def analyze_fr_dumps(self, paths: list[str]) -> FRAnalysis:
-        from attribution import fr
+        from relaunch.attribution import fr
 
         if not paths:
             raise ToolError("give at least one dump file or directory")

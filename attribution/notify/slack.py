@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from restart_agent.model import Decision
+from relaunch.restart_agent.model import Decision
 
 if TYPE_CHECKING:
-    from attribution.core.engine import VerdictEvent
+    from relaunch.attribution.core.engine import VerdictEvent
 
 log = logging.getLogger(__name__)
 

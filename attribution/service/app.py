@@ -18,11 +18,11 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from attribution.service import routes_end, routes_nvrx, routes_v1
-from attribution.service.errors import install_handlers
-from attribution.service.limits import LimitsMiddleware
-from attribution.service.settings import ServiceSettings
-from attribution.service.state import ServiceState
+from relaunch.attribution.service import routes_end, routes_nvrx, routes_v1
+from relaunch.attribution.service.errors import install_handlers
+from relaunch.attribution.service.limits import LimitsMiddleware
+from relaunch.attribution.service.settings import ServiceSettings
+from relaunch.attribution.service.state import ServiceState
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
 def _mount_dashboard(app: FastAPI, state: ServiceState) -> None:
     try:
-        from web.routes import create_router
+        from relaunch.web.routes import create_router
     except ImportError:
         log.info("dashboard not available (web.routes missing); API only")
         return

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from attribution.service.errors import ApiError
+from relaunch.attribution.service.errors import ApiError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

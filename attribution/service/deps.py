@@ -12,9 +12,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from attribution.service.errors import ApiError
-from attribution.service.state import ServiceState
-from attribution.service.validation import MAX_CYCLE, check_job_id
+from relaunch.attribution.service.errors import ApiError
+from relaunch.attribution.service.state import ServiceState
+from relaunch.attribution.service.validation import MAX_CYCLE, check_job_id
 
 
 def state_of(request: Request) -> ServiceState:

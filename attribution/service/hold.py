@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from attribution.core.files import safe_name
+from relaunch.attribution.core.files import safe_name
 
 ENV = "RELAUNCH_TEST_ANALYSIS_HOLD"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from attribution.service.errors import ERROR_STATUS, ApiError
-from web.routes import PAGE_PREFIXES, RAW_LOG_PATH
+from relaunch.attribution.service.errors import ERROR_STATUS, ApiError
+from relaunch.web.routes import PAGE_PREFIXES, RAW_LOG_PATH
 
 OPEN_PATHS = ("/healthz",)
 READ_METHODS = ("GET", "HEAD")

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from attribution.service.errors import ApiError
+from relaunch.attribution.service.errors import ApiError
 
 MAX_PATH_LEN = 4096
 

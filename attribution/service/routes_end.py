@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
-from attribution.service.deps import CycleNo, JobId, StateDep
-from attribution.service.errors import ERROR_RESPONSES
-from restart_agent.model import JobState
+from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
+from relaunch.attribution.service.errors import ERROR_RESPONSES
+from relaunch.restart_agent.model import JobState
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 

@@ -10,12 +10,12 @@ from typing import Any
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from attribution.service.deps import StateDep
-from attribution.service.errors import ERROR_RESPONSES, ApiError
-from attribution.service.paths import confine
-from attribution.service.schemas import Health, LogResult, LogSubmission, SubmitResponse
-from attribution.service.state import recommendation
-from attribution.service.tracker import TrackedLog
+from relaunch.attribution.service.deps import StateDep
+from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError
+from relaunch.attribution.service.paths import confine
+from relaunch.attribution.service.schemas import Health, LogResult, LogSubmission, SubmitResponse
+from relaunch.attribution.service.state import recommendation
+from relaunch.attribution.service.tracker import TrackedLog
 
 router = APIRouter()
 

@@ -17,19 +17,19 @@ from fastapi import APIRouter, File, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from attribution.core.engine import records_node_health
-from attribution.core.files import safe_name
-from attribution.service.deps import CycleNo, JobId, StateDep
-from attribution.service.errors import ERROR_RESPONSES, ApiError
-from attribution.service.routes_nvrx import still_running, wait_future
-from attribution.service.schemas import (
+from relaunch.attribution.core.engine import records_node_health
+from relaunch.attribution.core.files import safe_name
+from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
+from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError
+from relaunch.attribution.service.routes_nvrx import still_running, wait_future
+from relaunch.attribution.service.schemas import (
     FRAnswer,
     NodeHealthAnswer,
     NodeHealthSubmission,
     VerdictAnswer,
 )
-from attribution.service.state import ServiceState
-from attribution.service.tracker import TrackedLog
+from relaunch.attribution.service.state import ServiceState
+from relaunch.attribution.service.tracker import TrackedLog
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
@@ -306,7 +306,7 @@ async def upload_fr(
                 while chunk := await up.read(UPLOAD_CHUNK):
                     await asyncio.to_thread(out.write, chunk)
             paths.append(target)
-        from attribution import fr as fr_mod
+        from relaunch.attribution import fr as fr_mod
 
         # workers=1: never fork reader processes from inside the service's threads.
         findings = await asyncio.to_thread(fr_mod.analyze_paths, [str(p) for p in paths], workers=1)

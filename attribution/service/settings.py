@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from restart_agent.model import PolicyConfig
+from relaunch.restart_agent.model import PolicyConfig
 
 if TYPE_CHECKING:
-    from attribution.core.listeners import AlertListener
-    from restart_agent.llm.config import LLMConfig
+    from relaunch.attribution.core.listeners import AlertListener
+    from relaunch.restart_agent.llm.config import LLMConfig
 
 
 @dataclass
@@ -52,6 +52,6 @@ class ServiceSettings:
             self.data_dir = home / "service"
         self.allowed_roots = [Path(os.path.realpath(r)) for r in self.allowed_roots]
         if self.analysis_hold is None:
-            from attribution.service.hold import from_environment
+            from relaunch.attribution.service.hold import from_environment
 
             self.analysis_hold = from_environment()

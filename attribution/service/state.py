@@ -22,23 +22,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import storage
-from attribution.core.engine import AttributionEngine, Listener, VerdictEvent
-from attribution.core.listeners import close_listeners, install_listeners
-from attribution.service.coalesce import Coalescer
-from attribution.service.confined import is_confined_file, open_confined
-from attribution.service.errors import ApiError
-from attribution.service.paths import confine
-from attribution.service.settings import ServiceSettings
-from attribution.service.tracker import TrackedLog
-from attribution.service.validation import (
+from relaunch import storage
+from relaunch.attribution.core.engine import AttributionEngine, Listener, VerdictEvent
+from relaunch.attribution.core.listeners import close_listeners, install_listeners
+from relaunch.attribution.service.coalesce import Coalescer
+from relaunch.attribution.service.confined import is_confined_file, open_confined
+from relaunch.attribution.service.errors import ApiError
+from relaunch.attribution.service.paths import confine
+from relaunch.attribution.service.settings import ServiceSettings
+from relaunch.attribution.service.tracker import TrackedLog
+from relaunch.attribution.service.validation import (
     check_cycle,
     check_intent,
     check_job_id,
     default_job_id,
 )
-from storage import service_queries
-from storage.records import as_utc
+from relaunch.storage import service_queries
+from relaunch.storage.records import as_utc
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attribution.core.engine import StreamingScan
-from attribution.service.confined import open_confined
-from attribution.service.errors import ApiError
+from relaunch.attribution.core.engine import StreamingScan
+from relaunch.attribution.service.confined import open_confined
+from relaunch.attribution.service.errors import ApiError
 
 READ_CHUNK = 1 << 20
 

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from attribution.service.errors import ApiError
-from storage import job_id as job_id_rule
+from relaunch.attribution.service.errors import ApiError
+from relaunch.storage import job_id as job_id_rule
 
 INTENTS = ("track_only", "progressive", "terminal")
 MAX_CYCLE = 2**31 - 1

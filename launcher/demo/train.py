@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from launcher.client import heartbeat, report_progress, section
+from relaunch.client import heartbeat, report_progress, section
 
 
 def _args() -> argparse.Namespace:

@@ -5,8 +5,8 @@ address, relpath)` is the client-side `LineSink` (write_line/flush/close). Paths
 confined to the writer's root. See docs/node_health.md ("Log funnel").
 """
 
-from launcher.funnel.client import FunnelError, FunnelSink
-from launcher.funnel.paths import PathRejected, confine, open_confined
-from launcher.funnel.server import FunnelServer
+from relaunch.launcher.funnel.client import FunnelError, FunnelSink
+from relaunch.launcher.funnel.paths import PathRejected, confine, open_confined
+from relaunch.launcher.funnel.server import FunnelServer
 
 __all__ = ["FunnelError", "FunnelServer", "FunnelSink", "PathRejected", "confine", "open_confined"]

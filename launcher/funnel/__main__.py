@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from launcher.funnel.client import FunnelError, FunnelSink
-from launcher.funnel.server import FunnelServer
+from relaunch.launcher.funnel.client import FunnelError, FunnelSink
+from relaunch.launcher.funnel.server import FunnelServer
 
 
 def _serve(ns: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from launcher.funnel import log_funnel_pb2, log_funnel_pb2_grpc
+from relaunch.launcher.funnel import log_funnel_pb2, log_funnel_pb2_grpc
 
 _END = object()
 

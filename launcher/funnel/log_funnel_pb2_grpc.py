@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from launcher.funnel import log_funnel_pb2 as launcher_dot_funnel_dot_log__funnel__pb2
+from relaunch.launcher.funnel import log_funnel_pb2 as relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in launcher/funnel/log_funnel_pb2_grpc.py depends on'
+        + ' but the generated code in relaunch/launcher/funnel/log_funnel_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class LogFunnelStub:
         """
         self.StreamLines = channel.stream_unary(
                 '/relaunch.funnel.v1.LogFunnel/StreamLines',
-                request_serializer=launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.SerializeToString,
-                response_deserializer=launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.FromString,
+                request_serializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.SerializeToString,
+                response_deserializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.FromString,
                 _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/relaunch.funnel.v1.LogFunnel/Ping',
-                request_serializer=launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.SerializeToString,
-                response_deserializer=launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.FromString,
+                request_serializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.SerializeToString,
+                response_deserializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_LogFunnelServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'StreamLines': grpc.stream_unary_rpc_method_handler(
                     servicer.StreamLines,
-                    request_deserializer=launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.FromString,
-                    response_serializer=launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.SerializeToString,
+                    request_deserializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.FromString,
+                    response_serializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
-                    request_deserializer=launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.FromString,
-                    response_serializer=launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.SerializeToString,
+                    request_deserializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.FromString,
+                    response_serializer=relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class LogFunnel:
             request_iterator,
             target,
             '/relaunch.funnel.v1.LogFunnel/StreamLines',
-            launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.SerializeToString,
-            launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.FromString,
+            relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.LineBatch.SerializeToString,
+            relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.StreamSummary.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class LogFunnel:
             request,
             target,
             '/relaunch.funnel.v1.LogFunnel/Ping',
-            launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.SerializeToString,
-            launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.FromString,
+            relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingRequest.SerializeToString,
+            relaunch_dot_launcher_dot_funnel_dot_log__funnel__pb2.PingResponse.FromString,
             options,
             channel_credentials,
             insecure,

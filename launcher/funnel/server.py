@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
-from launcher.funnel import log_funnel_pb2, log_funnel_pb2_grpc
-from launcher.funnel.paths import PathRejected, open_confined
+from relaunch.launcher.funnel import log_funnel_pb2, log_funnel_pb2_grpc
+from relaunch.launcher.funnel.paths import PathRejected, open_confined
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ the `ExternalHealthClient`, and `exclusion_record` / `write_record` (what a node
 out of the next cycle records). See docs/node_health.md.
 """
 
-from launcher.health.exclusion import exclusion_record, write_record
-from launcher.health.growth import GrowthVerdict, counter_growth, growth_by_key
-from launcher.health.nvml import NvmlOptions, gpu_checks, nvml_probe
-from launcher.health.preflight import preflight
-from launcher.health.report import CheckResult, HealthReport
+from relaunch.launcher.health.exclusion import exclusion_record, write_record
+from relaunch.launcher.health.growth import GrowthVerdict, counter_growth, growth_by_key
+from relaunch.launcher.health.nvml import NvmlOptions, gpu_checks, nvml_probe
+from relaunch.launcher.health.preflight import preflight
+from relaunch.launcher.health.report import CheckResult, HealthReport
 
 __all__ = [
     "CheckResult",

@@ -15,8 +15,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from attribution.core.files import safe_name, write_json_atomic
-from launcher.health.report import HealthReport
+from relaunch.attribution.core.files import safe_name, write_json_atomic
+from relaunch.launcher.health.report import HealthReport
 
 MAX_REASON = 2000  # the service accepts up to 4,000 characters
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.safe_read import loads_json, read_small_text
+from relaunch.launcher.safe_read import loads_json, read_small_text
 
 VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024  # a job's exclusion list; a bigger file is not one

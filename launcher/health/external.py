@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from launcher.health import node_health_pb2, node_health_pb2_grpc
-from launcher.health.report import CheckResult
+from relaunch.launcher.health import node_health_pb2, node_health_pb2_grpc
+from relaunch.launcher.health.report import CheckResult
 
 log = logging.getLogger(__name__)
 

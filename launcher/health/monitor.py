@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from launcher.health.report import CheckResult, HealthReport
+from relaunch.launcher.health.report import CheckResult, HealthReport
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,8 @@ class HealthMonitor:
 def gpu_round_check(window_s: float, rounds: int = 4) -> Check:
     """The preflight's GPU checks on a `window_s` sampling window, plus NVLink counter
     growth across the last `rounds` rounds (`nvlink_window.CounterWindow`)."""
-    from launcher.health.nvlink_window import CounterWindow
-    from launcher.health.nvml import NvmlOptions, collect_snapshots, evaluate_snapshots
+    from relaunch.launcher.health.nvlink_window import CounterWindow
+    from relaunch.launcher.health.nvml import NvmlOptions, collect_snapshots, evaluate_snapshots
 
     options = NvmlOptions(window_s=window_s, samples=3)
     across = CounterWindow(rounds)
@@ -135,7 +135,7 @@ def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[s
     checks: list[tuple[str, Check]] = []
     lines: list[str] = []
     if settings.ft_gpu_health != "off":
-        from launcher.health.nvml import nvml_probe
+        from relaunch.launcher.health.nvml import nvml_probe
 
         probe = nvml_probe()
         if probe.status == "ok":
@@ -148,7 +148,7 @@ def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[s
         else:
             lines.append(f"GPU checks skipped: {probe.detail or probe.status}")
     if settings.ft_enable_nic_healthcheck or settings.ft_nic_interfaces:
-        from launcher.health.nic import NicCheck
+        from relaunch.launcher.health.nic import NicCheck
 
         names = [n for n in settings.ft_nic_interfaces.split(",") if n.strip()]
         try:
@@ -160,7 +160,7 @@ def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[s
             watched = ", ".join(link.label for link in nic.links) or "none up at start"
             lines.append(f"NIC links: {watched}")
     if settings.ft_storage_healthcheck_path:
-        from launcher.health.storage import StorageCheck
+        from relaunch.launcher.health.storage import StorageCheck
 
         storage = StorageCheck(
             settings.ft_storage_healthcheck_path,
@@ -170,7 +170,7 @@ def checks_from_settings(settings: Any) -> tuple[list[tuple[str, Check]], list[s
         lines.append(f"storage: {storage.path} within {storage.timeout_s:g} s (write+fsync+read)")
     endpoint = settings.ft_node_health_check_endpoint or None
     if endpoint is not None:
-        from launcher.health.external import external_check
+        from relaunch.launcher.health.external import external_check
 
         groups = parse_groups(settings.ft_node_health_check_groups)
         checks.append(("external_service", lambda: [external_check(endpoint, args=groups)]))

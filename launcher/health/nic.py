@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.health.report import CheckResult
-from launcher.sysfs import read_text, sysfs_root
+from relaunch.launcher.health.report import CheckResult
+from relaunch.launcher.sysfs import read_text, sysfs_root
 
 CHECK_NAME = "nic_link"
 

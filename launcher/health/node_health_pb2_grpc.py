@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from launcher.health import node_health_pb2 as launcher_dot_health_dot_node__health__pb2
+from relaunch.launcher.health import node_health_pb2 as relaunch_dot_launcher_dot_health_dot_node__health__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in launcher/health/node_health_pb2_grpc.py depends on'
+        + ' but the generated code in relaunch/launcher/health/node_health_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class HealthCheckServiceStub:
         """
         self.RunHealthCheck = channel.unary_unary(
                 '/nvhcd.HealthCheckService/RunHealthCheck',
-                request_serializer=launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.SerializeToString,
-                response_deserializer=launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.FromString,
+                request_serializer=relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +56,8 @@ def add_HealthCheckServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RunHealthCheck': grpc.unary_unary_rpc_method_handler(
                     servicer.RunHealthCheck,
-                    request_deserializer=launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.FromString,
-                    response_serializer=launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.SerializeToString,
+                    request_deserializer=relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.FromString,
+                    response_serializer=relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -85,8 +85,8 @@ class HealthCheckService:
             request,
             target,
             '/nvhcd.HealthCheckService/RunHealthCheck',
-            launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.SerializeToString,
-            launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.FromString,
+            relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckRequest.SerializeToString,
+            relaunch_dot_launcher_dot_health_dot_node__health__pb2.HealthCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

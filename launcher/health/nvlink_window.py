@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from launcher.health.growth import growth_by_key, persistent_keys
-from launcher.health.nvml import GpuSnapshot
-from launcher.health.report import CheckResult
+from relaunch.launcher.health.growth import growth_by_key, persistent_keys
+from relaunch.launcher.health.nvml import GpuSnapshot
+from relaunch.launcher.health.report import CheckResult
 
 
 class CounterWindow:

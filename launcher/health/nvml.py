@@ -21,8 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from launcher.health.growth import growth_by_key, persistent_keys
-from launcher.health.report import CheckResult, Status
+from relaunch.launcher.health.growth import growth_by_key, persistent_keys
+from relaunch.launcher.health.report import CheckResult, Status
 
 log = logging.getLogger(__name__)
 

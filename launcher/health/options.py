@@ -13,7 +13,7 @@ PSEUDO_FS = ("/proc", "/sys", "/dev")  # never the storage a job writes to
 
 
 def check_options(s: Any) -> None:
-    from launcher.health.monitor import parse_groups
+    from relaunch.launcher.health.monitor import parse_groups
 
     try:
         parse_groups(s.ft_node_health_check_groups)
@@ -35,8 +35,8 @@ def check_options(s: Any) -> None:
             )
     names = [n for n in s.ft_nic_interfaces.split(",") if n.strip()]
     if names:
-        from launcher.health.nic import parse_links
-        from launcher.sysfs import sysfs_root
+        from relaunch.launcher.health.nic import parse_links
+        from relaunch.launcher.sysfs import sysfs_root
 
         try:
             parse_links(sysfs_root(), names)
@@ -51,7 +51,7 @@ def check_options(s: Any) -> None:
             "characters (at most 255)"
         )
     if s.numa_binding:
-        from launcher.numa import NumaError, gpus_visible, numa_nodes
+        from relaunch.launcher.numa import NumaError, gpus_visible, numa_nodes
 
         if not gpus_visible():
             if s.run_path:

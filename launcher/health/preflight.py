@@ -12,9 +12,9 @@ import socket
 import time
 from collections.abc import Sequence
 
-from launcher.health.external import DEFAULT_TIMEOUT_S, external_check, normalize_endpoint
-from launcher.health.nvml import NvmlOptions, gpu_checks
-from launcher.health.report import CheckResult, HealthReport
+from relaunch.launcher.health.external import DEFAULT_TIMEOUT_S, external_check, normalize_endpoint
+from relaunch.launcher.health.nvml import NvmlOptions, gpu_checks
+from relaunch.launcher.health.report import CheckResult, HealthReport
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,18 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from launcher.health.exclusion_file import (
+from relaunch.launcher.health.exclusion_file import (
     ExclusionFileError,
     append_exclusion,
     read_exclusions,
 )
-from launcher.health.monitor import Check, HealthMonitor, checks_from_settings, parse_groups
-from launcher.health.report import CheckResult, HealthReport
+from relaunch.launcher.health.monitor import (
+    Check,
+    HealthMonitor,
+    checks_from_settings,
+    parse_groups,
+)
+from relaunch.launcher.health.report import CheckResult, HealthReport
 
 EXCLUSION_CHECK = "exclusion_file"
 

@@ -15,7 +15,7 @@ import stat
 import threading
 from pathlib import Path
 
-from launcher.health.report import CheckResult
+from relaunch.launcher.health.report import CheckResult
 
 CHECK_NAME = "storage"
 DEFAULT_TIMEOUT_S = 10.0

@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from restart_agent.llm.config import LLMConfig, LLMConfigError
-from restart_agent.llm.enrich import enrich
-from restart_agent.llm.policy import apply_enrichment, llm_record
-from restart_agent.model import PolicyConfig
+from relaunch.restart_agent.llm.config import LLMConfig, LLMConfigError
+from relaunch.restart_agent.llm.enrich import enrich
+from relaunch.restart_agent.llm.policy import apply_enrichment, llm_record
+from relaunch.restart_agent.model import PolicyConfig
 
 __all__ = [
     "LLMConfig",

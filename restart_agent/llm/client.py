@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 
-from restart_agent.llm.schema import response_format_json_schema
+from relaunch.restart_agent.llm.schema import response_format_json_schema
 
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0)
 _MAX_SERVER_TEXT = 200

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from restart_agent.secret_file import NotRegularFile, read_regular_bounded
+from relaunch.restart_agent.secret_file import NotRegularFile, read_regular_bounded
 
 MAX_KEY_BYTES = 4096
 

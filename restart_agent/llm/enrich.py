@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from restart_agent.llm import client, grounding, prompt, schema
-from restart_agent.llm.config import LLMConfig, LLMConfigError
+from relaunch.restart_agent.llm import client, grounding, prompt, schema
+from relaunch.restart_agent.llm.config import LLMConfig, LLMConfigError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import os
 import re
 from typing import Any
 
-from restart_agent.llm import logview
-from restart_agent.llm.schema import CLAIMS
+from relaunch.restart_agent.llm import logview
+from relaunch.restart_agent.llm.schema import CLAIMS
 
 MIN_QUOTE_CHARS = 4
 _WS = re.compile(r"\s+")

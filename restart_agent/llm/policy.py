@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from restart_agent.model import Decision, PolicyConfig, Rule
+from relaunch.restart_agent.model import Decision, PolicyConfig, Rule
 
 RULE = Rule.LLM_GROUNDED_WORKLOAD_BUG.value  # plain str: the verdict here is the stored dict
 HOW = "shortened the workload retry budget: STOP now instead of waiting for an identical recurrence"

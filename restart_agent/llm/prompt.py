@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from restart_agent.llm import logview
+from relaunch.restart_agent.llm import logview
 
 WINDOW_BEFORE = 60
 WINDOW_AFTER = 30

@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from storage.db import make_engine
-from storage.models import Base
+from relaunch.storage.db import make_engine
+from relaunch.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from launcher.client import heartbeat, report_progress, section
+from relaunch.launcher.client import heartbeat, report_progress, section
 
 
 def main() -> int:

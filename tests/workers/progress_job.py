@@ -1,6 +1,6 @@
 """A tiny worker for the progress guard and timeout tests; its behaviour is chosen by --mode.
 
-No torch.distributed: each rank talks to the launcher through `launcher.client` only.
+No torch.distributed: each rank talks to the launcher through `relaunch.client` only.
 
 stuck: every cycle reports iteration 5 and exits 1 (no progress after the first cycle).
 advance: every cycle reports iteration 10*(cycle+1) and exits 1 (progress every cycle).
@@ -36,7 +36,7 @@ def main() -> int:
         print(f"silent worker, cycle {cycle}", flush=True)
         return 1
 
-    from launcher.client import heartbeat, report_progress, section, start_heartbeat
+    from relaunch.launcher.client import heartbeat, report_progress, section, start_heartbeat
 
     if mode in ("stuck", "rank0_reports"):
         report_progress(iteration=5)

@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from launcher.client import heartbeat
+from relaunch.launcher.client import heartbeat
 
 heartbeat()
 dist.init_process_group("gloo")

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from launcher.client import heartbeat, straggler
+from relaunch.launcher.client import heartbeat, straggler
 
 
 def main() -> int:
