@@ -25,13 +25,14 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Corpus name -> directory holding `labels.yaml` and one `<id>.log` per case. `real` is the
-# training corpus the analyzer was tuned on; `holdout`, `holdout2` and `holdout3` were each collected
+# training corpus the analyzer was tuned on; `holdout`, `holdout2`, `holdout3` and `holdout4` were each collected
 # and labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
 CORPORA = {
     "real": FIXTURES / "real",
     "holdout": FIXTURES / "real_holdout",
     "holdout2": FIXTURES / "real_holdout2",
     "holdout3": FIXTURES / "real_holdout3",
+    "holdout4": FIXTURES / "real_holdout4",
 }
 
 

@@ -2,8 +2,8 @@
 
 Several corpora, each a directory with `labels.yaml` (see tests/_real_corpus_driver.py CORPORA):
 `real` (tests/fixtures/real/, the training corpus the analyzer was tuned on), `holdout`
-(tests/fixtures/real_holdout/), `holdout2` (tests/fixtures/real_holdout2/) and `holdout3`
-(tests/fixtures/real_holdout3/), other threads, each
+(tests/fixtures/real_holdout/), `holdout2` (tests/fixtures/real_holdout2/), `holdout3`
+(tests/fixtures/real_holdout3/) and `holdout4` (tests/fixtures/real_holdout4/), other threads, each
 collected and labelled without the analyzer's authors seeing them, to measure generalisation.
 No thread is in two corpora. Test ids are `<corpus>/<case id>`.
 
@@ -190,7 +190,7 @@ def test_labels_are_complete_and_valid(corpus: str) -> None:
 def test_no_thread_in_two_corpora() -> None:
     """A held-out corpus measures generalisation only if none of its threads is in another corpus
     (the training corpus or an earlier held-out one). One corpus may hold two excerpts of a thread."""
-    assert {"real", "holdout", "holdout2", "holdout3"} <= set(CORPORA), sorted(CORPORA)
+    assert {"real", "holdout", "holdout2", "holdout3", "holdout4"} <= set(CORPORA), sorted(CORPORA)
     owner: dict[str, str] = {}  # thread URL -> the first corpus/case that uses it
     for corpus in CORPORA:
         for case in load_cases(corpus):
