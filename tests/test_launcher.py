@@ -222,10 +222,15 @@ def test_deterministic_bug_stopped_by_verdict(tmp_path: Path) -> None:
     # recurrence without progress -> the verdict of cycle 1 is STOP
     assert decisions[:2] == [("0", "RESTART"), ("1", "STOP")], r.stderr
     assert "job stopped by verdict for cycle 1" in r.stderr
+    # The launcher never waits for a verdict, so how many cycles started before the STOP
+    # arrived depends on the machine's load; what the design promises is that the job ends
+    # at the first cycle boundary after it: only the last cycle's log records the STOP.
     logs = cycle_logs(tmp_path, "bug")
-    assert len(logs) <= 3  # cycle 2 may have started before the verdict arrived, no more
-    last = read_log(tmp_path, "bug", len(logs) - 1)
-    assert "STOP verdict for cycle 1" in last
+    assert logs == [f"cycle_{n}.log" for n in range(len(logs))] and len(logs) >= 2, logs
+    recorded = [
+        n for n in range(len(logs)) if "STOP verdict for cycle 1" in read_log(tmp_path, "bug", n)
+    ]
+    assert recorded == [len(logs) - 1], (logs, recorded)
     db = tmp_path / "logs" / "relaunch.db"
     assert not db.exists() or db.stat().st_size > 0
 
