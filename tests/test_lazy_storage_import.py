@@ -1,6 +1,6 @@
 """`relaunch analyze LOG` (no `--db`) and the shared job-id rule never import SQLAlchemy.
 
-`storage` hands out its names on first use (PEP 562), so `from storage import job_id` (the
+`relaunch.storage` hands out its names on first use (PEP 562), so `from relaunch.storage import job_id` (the
 CLI's `--job-id` check) costs no SQL import (~0.35 s of every `relaunch analyze`), while
 every name of `storage.__all__` is still there and is the object of its module.
 """
@@ -44,22 +44,22 @@ def test_analyze_without_db_imports_no_sqlalchemy(tmp_path: Path) -> None:
 
 def test_storage_names_resolve_to_their_modules() -> None:
     proc = _run(
-        "import sys, storage, storage.job_id\n"
+        "import sys\nimport relaunch.storage as storage, relaunch.storage.job_id\n"
         "assert 'sqlalchemy' not in sys.modules\n"
-        "import storage.db, storage.records, storage.repository\n"
+        "import relaunch.storage.db, relaunch.storage.records, relaunch.storage.repository\n"
         "for name in storage.__all__:\n"
         "    assert getattr(storage, name) is not None, name\n"
         "assert storage.StorageError is storage.db.StorageError\n"
         "assert storage.HistoryRepository is storage.repository.HistoryRepository\n"
         "assert storage.JobRecord is storage.records.JobRecord\n"
-        "from storage import *  # noqa: F403\n"
+        "from relaunch.storage import *  # noqa: F403\n"
         "try:\n"
         "    storage.no_such_name\n"
         "except AttributeError as exc:\n"
         "    print(exc)\n"
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "module 'storage' has no attribute 'no_such_name'"
+    assert proc.stdout.strip() == "module 'relaunch.storage' has no attribute 'no_such_name'"
 
 
 def test_bad_cycle_bound_is_still_a_storage_error(monkeypatch) -> None:
