@@ -76,16 +76,34 @@ def test_a_server_that_cannot_start_falls_back_to_worker_rank_zero_with_a_warnin
     warnings: list[str] = []
     host = WorkerStoreHost(shared=True, warn=warnings.append,
                            server_factory=cannot_connect_to_itself)  # fmt: skip
-    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "node0.example")
+    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1")
     assert host.shared is False and host.port is None  # workers are told: rank 0 hosts
-    assert 0 < info.master_port < 65536 and info.master_addr == "node0.example"
+    assert 0 < info.master_port < 65536 and info.master_addr == "127.0.0.1"
     assert warnings == [
-        "cannot host the workers' store at node0.example (failed to connect to node0.example:0 "
+        "cannot host the workers' store at 127.0.0.1 (failed to connect to node0.example:0 "
         "(timed out)); worker rank 0 hosts it this round"
     ]
+    # an address that is not this machine's cannot be bound: the same fallback
+    warnings.clear()
+    info = host.bootstrap(0, PrefixStore("round/0b/", rdzv_store), "node0.invalid")
+    assert host.shared is False and info.master_addr == "node0.invalid"
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "cannot host the workers' store at node0.invalid ("
+    )
     host._server_factory = TCPStore  # the next round tries again
     host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1")
     assert host.shared is True and host.port is not None
+
+
+def test_the_workers_store_listens_on_the_nodes_address_only(rdzv_store):
+    """Bound to the job's interface (issue 26): reachable on 127.0.0.1, refused on another
+    loopback address of the same machine (torch's own server listens on all of them)."""
+    host = WorkerStoreHost(shared=True)
+    port = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1").master_port
+    _client(port).set("k", "v")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=10).close()
+    host.close()
 
 
 def test_disabled_by_torch_env_leaves_the_port_to_worker_rank_zero(rdzv_store, monkeypatch):
