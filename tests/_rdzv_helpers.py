@@ -153,3 +153,31 @@ def wait_worker_pid(nodes: list[Node], pid_file: Path, limit_s: float = 240) -> 
         time.sleep(0.1)
     assert pid_file.exists(), {n.name: n.text() for n in nodes}
     return int(pid_file.read_text())
+
+
+class CountingStore:
+    """A counting proxy in front of a handler's run store (`RunStore.store`, the real
+    TCPStore behind it): every operation is one call here and one round trip there.
+    Records (node, phase, operation, first key) in a shared list."""
+
+    def __init__(self, inner: object, node: int, log: list[tuple[int, str, str, str]],
+                 phase: dict[str, str]) -> None:  # fmt: skip
+        self._inner, self._node, self._log, self._phase = inner, node, log, phase
+
+    def __getattr__(self, name: str) -> object:
+        fn = getattr(self._inner, name)
+        if not callable(fn):
+            return fn
+
+        def counted(*args: object, **kw: object) -> object:
+            first = args[0] if args else ""
+            key = str(first[0] if isinstance(first, list) and first else first)
+            self._log.append((self._node, self._phase["now"], name, key))
+            return fn(*args, **kw)
+
+        return counted
+
+
+def is_poll(op: str, key: str) -> bool:
+    """A waiter's poll: one `check` of its round's wake key."""
+    return op == "check" and key.endswith(("/decided", "/end"))
