@@ -263,6 +263,11 @@ class BarrierRendezvousHandler(RendezvousHandler):
     def _raise_if_closed(self) -> None:
         reason = self._closed()
         if reason is not None:
+            # A node back from a round it was active in (its workers failed or were
+            # stopped) never takes the job's success as its own outcome: its exit follows
+            # from its own workers. A standby's outcome is the job's (a signed value).
+            if reason == "succeeded" and self._was_active:
+                reason = "succeeded on other nodes; this node's workers did not"
             self.closed_reason = reason
             self.acknowledge_close()
             raise RendezvousClosedError(f"the rendezvous was closed: job {reason}")

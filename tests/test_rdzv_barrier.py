@@ -196,3 +196,22 @@ def test_a_node_arriving_while_the_job_runs_waits_as_a_spare(server) -> None:  #
         assert (c.results[0].rank, c.results[2].rank, c.results[2].world_size) == (0, 1, 2)
     finally:
         c.close()
+
+
+def test_an_active_node_never_takes_the_jobs_success_as_its_own(server) -> None:  # type: ignore[no-untyped-def]
+    """A node that ran workers and comes back to the rendezvous (they failed) finds the
+    job closed as succeeded: its own outcome is not success (issue 26). A standby's is."""
+    c = Cluster(server, 1, 2)
+    try:
+        a, s = c.handler(infra_rank=0), c.handler(infra_rank=1)
+        ta, ts = c.join(a), c.join(s)
+        ta.join(60)
+        c.view.cas(Keys.CLOSED, "", "succeeded")  # closed elsewhere, signed
+        c.view.write(Keys.end(0), "1")
+        ts.join(60)
+        assert s.closed_reason == "succeeded"
+        with pytest.raises(RendezvousClosedError):
+            a.next_rendezvous()
+        assert a.closed_reason is not None and a.closed_reason != "succeeded"
+    finally:
+        c.close()
