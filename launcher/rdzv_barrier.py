@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch.distributed import DistError, PrefixStore, Store
@@ -126,7 +126,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
             segment=segment_id,
         )
         self._was_active = False
-        self._active: tuple[int, list[Assignment]] | None = None
+        self._active: tuple[int, Closed] | None = None
         self._beat: tuple[int, int] | None = None  # (round, slot) kept alive
         self._stop = threading.Event()
         self._peer_check_at = 0.0
@@ -216,14 +216,15 @@ class BarrierRendezvousHandler(RendezvousHandler):
             self._raise_if_closed()
             r, slot = self._join()
             result = self._wait_closed(r, slot, deadline)
-            mine = next((a for a in result if a.node_id == self._me.node_id), None)
+            mine = result.assignment(slot) if result is not None else None
             if mine is None:  # joined after the round closed: the next one
                 self._beat = None
                 self._wait_next_round(r, result, deadline)
                 continue
             if mine.active:
                 self._was_active = True
-                world = sum(1 for a in result if a.active)
+                assert result is not None
+                world = result.world
                 self._active = (r, result)
                 self._peer_check_at = time.monotonic() + self.keep_alive_s
                 store = PrefixStore(
@@ -232,7 +233,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 info = self._workers_store.bootstrap(mine.group_rank, store, self._me.addr)
                 self.report(
                     f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
-                    f" ({len(result) - world} standby)"
+                    f" ({result.size - world} standby)"
                 )
                 return RendezvousInfo(store, mine.group_rank, world, info)
             self._was_active = False
@@ -367,17 +368,19 @@ class BarrierRendezvousHandler(RendezvousHandler):
         them: clocks must agree within the keep-alive timeout) is recent."""
         return beat != LEFT and time.time() - float(beat) < self.keep_alive_timeout_s
 
-    def _alive_participants(self, r: int, arrival: int | None) -> list[Participant]:
+    def _alive_participants(self, r: int, arrival: int | None) -> dict[int, Participant]:
         parts = self._participants(r, known=arrival)
         beats = self._beats([(r, i) for i in parts])
-        return [p for p, b in zip(parts.values(), beats, strict=True) if self._fresh(b)]
+        return {i: p for (i, p), b in zip(parts.items(), beats, strict=True) if self._fresh(b)}
 
     def _evaluate(self, r: int, state: dict[str, Any], arrival: int | None = None) -> None:
         """Close round r when it can close now (a constant number of store operations:
         the descriptors and keep-alives of all participants come in two `multi_get`s).
         `state` keeps the last-call and duplicate timers between a leader's evaluations."""
-        alive = self._alive_participants(r, arrival)
-        missing = self._missing_from_previous(r, {p.node_id for p in alive})
+        by_slot = self._alive_participants(r, arrival)
+        alive = list(by_slot.values())
+        slots = {p.node_id: i for i, p in by_slot.items()}
+        missing = self._missing_from_previous(r, set(slots))
         now = time.monotonic()
         try:
             plan = assign(alive, self.min_nodes, self.segment)
@@ -389,19 +392,19 @@ class BarrierRendezvousHandler(RendezvousHandler):
             # round's result, so every node fails alike.
             since = state.setdefault("dup_since", now)
             if now - since > self.keep_alive_timeout_s:
-                self._close(r, None, str(exc))
+                self._close(r, None, error=str(exc))
             return
         if plan is None:
             state.pop("last_call", None)
             return
         last_call = state.setdefault("last_call", now + self.last_call_s)
         if len(alive) >= self.max_nodes or not missing or now >= last_call:
-            self._close(r, plan)
+            self._close(r, plan, slots)
 
     def _leader(self, r: int) -> int:
         return self._s.read_int(Keys.lead(r), 0)
 
-    def _wait_closed(self, r: int, slot: int, deadline: float) -> list[Assignment]:
+    def _wait_closed(self, r: int, slot: int, deadline: float) -> Closed | None:
         state: dict[str, Any] = {}
         lead = slot == 0
         next_eval = time.monotonic() + (POLL_S if lead else self.keep_alive_s)
@@ -412,14 +415,14 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 raw = self._s.read(Keys.result(r))
                 if raw is not None:
                     return _nodes(raw)
-                return []  # fenced: the round moved on without closing with us
+                return None  # fenced: the round moved on without closing with us
             now = time.monotonic()
             if now >= next_eval:
                 if not lead:  # the leader's keep-alive only; its place when it is gone
                     lead = self._take_lead_if_gone(r, slot)
                 if lead:
                     if self._round() != r:
-                        return []
+                        return None
                     self._evaluate(r, state)
                     step = POLL_MIN_S
                 next_eval = now + (POLL_S if lead else self.keep_alive_s)
@@ -466,38 +469,50 @@ class BarrierRendezvousHandler(RendezvousHandler):
         return sum(1 for b in beats if self._fresh(b))
 
     def _previous(self, r: int) -> dict[str, int] | None:
-        """Slots of round r's assigned nodes (read once: a closed round never changes)."""
+        """Slots of round r's assigned nodes by node id (read once: a closed round never
+        changes)."""
         key = ("prev", r)
         if key not in self._cache:
             raw = self._s.read(Keys.result(r))
             if raw is None:
                 return None
-            expected = {a["node_id"] for a in json.loads(raw).get("nodes", [])}
+            assigned = set(_nodes(raw).assigned_slots())
             parts = self._participants(r)
-            self._cache[key] = {p.node_id: i for i, p in parts.items() if p.node_id in expected}
+            self._cache[key] = {p.node_id: i for i, p in parts.items() if i in assigned}
         return dict(self._cache[key])
 
-    def _close(self, r: int, plan: list[Assignment] | None, error: str | None = None) -> None:
-        """Write round r's result (first writer wins): the plan, or the error that fails
-        the round on every participant (duplicate infra ranks); then wake its waiters."""
+    def _close(
+        self,
+        r: int,
+        plan: list[Assignment] | None,
+        slots: dict[str, int] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Write round r's result (first writer wins): each slot's group rank (-1: not
+        in the round), compact so that every node reading it costs a few bytes per node;
+        or the error that fails the round on every participant (duplicate infra ranks);
+        then wake its waiters."""
         if self._round() != r:
             return
-        body: dict[str, Any] = {"round": r, "nodes": [asdict(a) for a in plan or []]}
+        slots = slots or {}
+        ranks = [-1] * (max(slots.values(), default=-1) + 1)
+        for a in plan or []:
+            ranks[slots[a.node_id]] = a.group_rank
+        world = sum(1 for a in plan or [] if a.active)
+        body: dict[str, Any] = {"round": r, "world": world, "ranks": ranks}
         if error is not None:
             body["error"] = error
         won = json.loads(self._s.cas(Keys.result(r), "", dumps(body)))
-        size = str(len(won.get("nodes", [])))
+        size = str(sum(1 for g in won.get("ranks", []) if g >= 0))
         self._s.write_many({Keys.size(r): size, Keys.decided(r): "1"})
 
-    def _dead_actives(self, r: int, result: list[Assignment] | None) -> bool:
+    def _dead_actives(self, r: int, result: Closed | None) -> bool:
         if not result:
             return False
-        slots = self._previous(r) or {}
-        ids = {a.node_id for a in result if a.active}
-        beats = self._beats([(r, s) for n, s in slots.items() if n in ids])
+        beats = self._beats([(r, s) for s in result.active_slots()])
         return any(not self._fresh(b) for b in beats)
 
-    def _watch(self, r: int, result: list[Assignment] | None) -> bool:
+    def _watch(self, r: int, result: Closed | None) -> bool:
         """Once per keep-alive interval while round r runs: the leader (or whoever takes
         its place) opens r+1 when an active node died or left. True when r+1 opened."""
         slot = self._beat[1] if self._beat is not None and self._beat[0] == r else None
@@ -510,7 +525,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         return False
 
     def _wait_next_round(
-        self, r: int, result: list[Assignment] | None, deadline: float | None
+        self, r: int, result: Closed | None, deadline: float | None
     ) -> None:
         """Wait until round r ends (r+1 opened, or the job closed); the leader opens r+1
         when an active node of r died or left."""
@@ -541,13 +556,39 @@ def _now() -> str:
     return repr(time.time())
 
 
-def _nodes(raw: str) -> list[Assignment]:
-    """The assignments of a closed round's result; RendezvousError when the round failed
-    (the same one-line reason on every participant)."""
+@dataclass(frozen=True)
+class Closed:
+    """A closed round's result: each slot's group rank (-1: not in the round), and how
+    many are active (group ranks 0..world-1; higher ones are standbys)."""
+
+    ranks: list[int]
+    world: int
+
+    @property
+    def size(self) -> int:
+        return sum(1 for g in self.ranks if g >= 0)
+
+    def assignment(self, slot: int) -> Assignment | None:
+        rank = self.ranks[slot] if slot < len(self.ranks) else -1
+        return None if rank < 0 else Assignment(str(slot), rank, rank < self.world)
+
+    def active_slots(self) -> list[int]:
+        return [i for i, g in enumerate(self.ranks) if 0 <= g < self.world]
+
+    def assigned_slots(self) -> list[int]:
+        return [i for i, g in enumerate(self.ranks) if g >= 0]
+
+    def __bool__(self) -> bool:
+        return bool(self.ranks)
+
+
+def _nodes(raw: str) -> Closed:
+    """A closed round's result; RendezvousError when the round failed (the same one-line
+    reason on every participant)."""
     data = json.loads(raw)
     if "error" in data:
         raise RendezvousError(f"round {data['round']}: {data['error']}")
-    return [Assignment(**a) for a in data["nodes"]]
+    return Closed(list(data["ranks"]), int(data["world"]))
 
 
 def on_exit(handler: Any, terminal: str | None) -> None:

@@ -5,6 +5,7 @@ node that died is simulated by a keep-alive far in the past, never by waiting.""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -68,10 +69,10 @@ class Cluster:
             h.shutdown()
 
 
-def ghost(view: RunStore, r: int, node_id: str, *, beat: float, left: bool = False) -> None:
+def ghost(view: RunStore, r: int, node_id: str, *, beat: float, left: bool = False) -> int:
     """A participant written straight into round r: a launcher that joined, then died
-    (keep-alive far in the past) or left."""
-    ghost_join(view, r, node_id, beat=beat, left=left)
+    (keep-alive far in the past) or left. Returns its slot."""
+    return ghost_join(view, r, node_id, beat=beat, left=left)
 
 
 def test_a_round_closes_when_max_nodes_joined_with_ranks_by_infra_rank(server) -> None:  # type: ignore[no-untyped-def]
@@ -95,14 +96,16 @@ def test_a_participant_gone_mid_rendezvous_does_not_block_or_join(server, how) -
     try:
         a = c.handler()
         if how == "left":
-            ghost(c.view, 0, "gone", beat=time.time() + 3600, left=True)
+            g = ghost(c.view, 0, "gone", beat=time.time() + 3600, left=True)
         else:
-            ghost(c.view, 0, "gone", beat=time.time() - 3600)
+            g = ghost(c.view, 0, "gone", beat=time.time() - 3600)
         b = c.handler()
         for t in [c.join(a), c.join(b)]:
             t.join(60)
         result = c.view.read(Keys.result(0))
-        assert result is not None and "gone" not in result
+        assert result is not None
+        ranks = json.loads(result)["ranks"]  # each slot's group rank, -1: not in the round
+        assert len(ranks) == 3 and ranks[g] == -1 and sorted(ranks) == [-1, 0, 1], ranks
         assert sorted(c.results[i].rank for i in (0, 1)) == [0, 1]
         assert {c.results[i].world_size for i in (0, 1)} == {2}
     finally:

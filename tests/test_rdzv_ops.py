@@ -78,17 +78,24 @@ def _measure(n: int) -> dict[str, object]:
         _all_rendezvous(handlers)
         phase["now"] = "round1"
         _all_rendezvous(handlers)
-        # one periodic evaluation by the leader and one leader check by another node
+        # one periodic evaluation by the leader (nothing cached), then one keep-alive
+        # watch by the leader (slot 0 of round 1) and by another node
+        leader = next(h for h in handlers if h._beat == (1, 0))
+        other = next(h for h in handlers if h._beat != (1, 0))
+        leader._cache.clear()
         phase["now"] = "evaluate"
-        handlers[0]._evaluate(1, {})
-        phase["now"] = "watch"
-        handlers[1]._watch(1, handlers[1]._active[1] if handlers[1]._active else None)
+        leader._evaluate(1, {})
+        for name, h in (("watch", leader), ("watch-other", other)):
+            phase["now"] = name
+            assert h._active is not None
+            assert h._watch(1, h._active[1]) is False  # every node is alive
         polls = [(op, key) for _, ph, op, key in log if ph.startswith("round") and is_poll(op, key)]
         return {
             "round0": _work(log, "round0", n),
             "round1": _work(log, "round1", n),
             "evaluate": len([e for e in log if e[1] == "evaluate"]),
             "watch": len([e for e in log if e[1] == "watch"]),
+            "watch-other": len([e for e in log if e[1] == "watch-other"]),
             "poll_ops": {op for op, _ in polls},
             "ops": {op for _, ph, op, _ in log if ph.startswith("round")},
         }
@@ -115,7 +122,10 @@ def test_store_operations_per_node_per_round_do_not_grow_with_the_node_count(
         assert most[64] == most[16] == most[4], (phase, most)
         assert usual[64] == usual[16] == usual[4], (phase, usual)
         assert most[64] <= 24, (phase, most)
-    assert m[64]["evaluate"] == m[4]["evaluate"], {n: m[n]["evaluate"] for n in m}
-    assert m[64]["watch"] == m[4]["watch"], {n: m[n]["watch"] for n in m}
+    assert m[64]["evaluate"] == m[16]["evaluate"] == m[4]["evaluate"], {
+        n: m[n]["evaluate"] for n in m
+    }
+    for what in ("watch", "watch-other"):
+        assert m[64][what] == m[16][what] == m[4][what], {n: m[n][what] for n in m}
     # multi_get carries all descriptors and keep-alives in one operation
     assert "multi_get" in m[64]["ops"]  # type: ignore[operator]
