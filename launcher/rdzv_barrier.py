@@ -524,9 +524,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
             return True
         return False
 
-    def _wait_next_round(
-        self, r: int, result: Closed | None, deadline: float | None
-    ) -> None:
+    def _wait_next_round(self, r: int, result: Closed | None, deadline: float | None) -> None:
         """Wait until round r ends (r+1 opened, or the job closed); the leader opens r+1
         when an active node of r died or left."""
         next_watch = 0.0
