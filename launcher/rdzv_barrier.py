@@ -55,7 +55,14 @@ from torch.distributed.elastic.rendezvous import (
 
 from relaunch.launcher.rdzv_auth import ForgedValue
 from relaunch.launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
-from relaunch.launcher.rdzv_store import LEFT, Keys, RunStore, create_store, dumps
+from relaunch.launcher.rdzv_store import (
+    LEFT,
+    Keys,
+    RunStore,
+    create_store,
+    dumps,
+    is_loopback_name,
+)
 from relaunch.launcher.worker_store import WorkerStoreHost
 
 POLL_S = 0.5  # the leader's evaluation interval while a round gathers
@@ -77,10 +84,6 @@ def _store_lost(endpoint: str) -> Any:
         ) from None
     except ForgedValue as exc:
         raise RendezvousConnectionError(f"rendezvous store at {endpoint}: {exc}") from None
-
-
-def _loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
 
 
 class BarrierRendezvousHandler(RendezvousHandler):
@@ -117,7 +120,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         host = parse_rendezvous_endpoint(params.endpoint, default_port=29400)[0]
         # the workers' store binds where the job's nodes meet: loopback for a job on one
         # machine, else this node's address
-        addr = params.local_addr or ("127.0.0.1" if _loopback(host) else socket.getfqdn())
+        addr = params.local_addr or ("127.0.0.1" if is_loopback_name(host) else socket.getfqdn())
         self._me = Participant(
             node_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
             addr=addr,

@@ -33,12 +33,14 @@ Store host: as torch's c10d rendezvous backend decides (`is_host` in `--rdzv-con
 the launcher whose host name or address matches the endpoint's host tries to host it and
 falls back to a client when the port is taken: on one machine the first launcher hosts).
 The host binds the store to the endpoint's address only (`bound_listener`: a socket
-handed to torch as `master_listen_fd`), not to every interface as torch does; a second
+handed to torch as `master_listen_fd`), not to every interface as torch does (except a
+name that resolves to loopback only on this machine, see `bound_listener`); a second
 launcher on the same machine finds the port taken (EADDRINUSE) and becomes a client.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from collections.abc import Sequence
@@ -53,10 +55,22 @@ from relaunch.launcher.rdzv_auth import key_prefix, sign, verify
 LEFT = "left"  # the keep-alive value of a participant that left its round
 
 
+def is_loopback_name(host: str) -> bool:
+    """A loopback address or `localhost` as written (not a name that happens to resolve
+    to one)."""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def bound_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`'s address (the interface the job uses), port
-    `port` (0: the kernel's choice). OSError when the address is not this machine's."""
+    `port` (0: the kernel's choice). OSError when the address is not this machine's.
+
+    A host name that resolves to a loopback address here but is not one as written (a
+    Debian-style `127.0.1.1 node0` line in /etc/hosts) would be reached by other nodes on
+    its real address: such a name binds every interface, as torch does."""
     family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    if ipaddress.ip_address(addr[0]).is_loopback and not is_loopback_name(host):
+        addr = ("::", port, 0, 0) if family == socket.AF_INET6 else ("0.0.0.0", port)
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -106,6 +106,20 @@ def test_the_workers_store_listens_on_the_nodes_address_only(rdzv_store):
     host.close()
 
 
+def test_a_name_that_resolves_to_loopback_only_here_binds_every_interface() -> None:
+    """Other nodes reach such a name (a Debian-style `127.0.1.1 node0` hosts line) on its
+    real address: binding loopback would lock them out. Written loopback binds loopback."""
+    from relaunch.launcher.rdzv_store import bound_listener
+
+    name = socket.gethostname()
+    here = socket.getaddrinfo(name, 0, type=socket.SOCK_STREAM)[0][4][0]
+    if not here.startswith("127."):
+        pytest.skip(f"this machine's name {name} resolves to {here}, not loopback")
+    with bound_listener(name, 0) as wide, bound_listener("127.0.0.1", 0) as narrow:
+        assert wide.getsockname()[0] == "0.0.0.0"
+        assert narrow.getsockname()[0] == "127.0.0.1"
+
+
 def test_disabled_by_torch_env_leaves_the_port_to_worker_rank_zero(rdzv_store, monkeypatch):
     monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     host = WorkerStoreHost()
