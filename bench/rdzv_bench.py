@@ -8,6 +8,12 @@ implementations run under the same conditions, trials interleaved; the figures a
 medians, and the ratios (barrier / torch) are what to read.
 
     python bench/rdzv_bench.py [--trials 5] [--nodes 2,4,8]
+
+With `--procs`, N real processes instead of threads (`bench/rdzv_procs.py`), one trial per
+size by default, plus the store host's measured operations per second and the op-count
+model extrapolated to 1,024 and 4,096 nodes:
+
+    python bench/rdzv_bench.py --procs --nodes 32,64,128 [--trials 1]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
@@ -91,9 +98,13 @@ def trial(make: Callable[[int, str, int], Any], n: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=0, help="default 5, 1 with --procs")
     ap.add_argument("--nodes", default="2,4,8")
+    ap.add_argument("--procs", action="store_true", help="N real processes, not threads")
     args = ap.parse_args(argv)
+    args.trials = args.trials or (1 if args.procs else 5)
+    if args.procs:
+        return procs_main(args)
     print(f"{'nodes':>5} {'phase':>8} {'barrier ms':>11} {'torch c10d ms':>14} {'ratio':>6}")
     for n in (int(x) for x in args.nodes.split(",")):
         res: dict[str, list[tuple[float, float]]] = {"barrier": [], "torch": []}
@@ -104,6 +115,27 @@ def main(argv: list[str] | None = None) -> int:
             b = statistics.median(r[i] for r in res["barrier"]) * 1e3
             t = statistics.median(r[i] for r in res["torch"]) * 1e3
             print(f"{n:>5} {phase:>8} {b:>11.1f} {t:>14.1f} {b / t:>6.3f}", flush=True)
+    return 0
+
+
+def procs_main(args: argparse.Namespace) -> int:
+    import rdzv_procs
+
+    print(f"{'nodes':>5} {'phase':>8} {'barrier ms':>11} {'torch c10d ms':>14} {'ratio':>6}")
+    for n in (int(x) for x in args.nodes.split(",")):
+        res: dict[str, list[tuple[float, float]]] = {"barrier": [], "torch": []}
+        for _ in range(args.trials):  # interleaved
+            res["barrier"].append(rdzv_procs.trial("barrier", n))
+            res["torch"].append(rdzv_procs.trial("torch", n))
+        for i, phase in enumerate(("first", "restart")):
+            b = statistics.median(r[i] for r in res["barrier"]) * 1e3
+            t = statistics.median(r[i] for r in res["torch"]) * 1e3
+            print(f"{n:>5} {phase:>8} {b:>11.1f} {t:>14.1f} {b / t:>6.3f}", flush=True)
+    ops = rdzv_procs.store_ops_per_s()
+    print(f"store host: {ops:,.0f} ops/s (8 client processes polling, loopback)")
+    for n in (1024, 4096):
+        first, again = (rdzv_procs.model(n, ops, p) for p in ("first", "restart"))
+        print(f"model {n:>5} nodes: first round {first:.2f} s, restart {again:.2f} s")
     return 0
 
 

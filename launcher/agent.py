@@ -993,6 +993,7 @@ def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> An
             infra_rank=settings.infra_rank,
             segment=settings.ft_segment,
             segment_id=settings.segment_id,
+            secret=settings.job_secret,
         )
     return rdzv_registry.get_rendezvous_handler(params)
 

@@ -413,6 +413,15 @@ OPTIONS: tuple[Option, ...] = (
         is_flag=True,
     ),
     Option(
+        "--ft-job-secret-file",
+        "ft_job_secret_file",
+        str,
+        "",
+        "file whose first line is the job's secret (same on every node; else "
+        "RELAUNCH_JOB_SECRET; a single-node job generates one): signs the rendezvous store",
+        metavar="PATH",
+    ),
+    Option(
         "--ft-restart-policy",
         "ft_restart_policy",
         restart_policy,
@@ -490,6 +499,8 @@ class RunSettings:
     ft_use_infra_group_rank: bool = False
     infra_rank: int | None = None  # from the scheduler (launcher.rdzv_node), not an option
     segment_id: str | None = None  # this node's NVLink domain (launcher.rdzv_node)
+    ft_job_secret_file: str = ""
+    job_secret: bytes | None = None  # the rendezvous store's secret (launcher.rdzv_auth)
     ft_restart_policy: str = "any-failed"
     ft_max_no_progress_restarts: int = field(
         default_factory=lambda: _BY_DEST["ft_max_no_progress_restarts"].default

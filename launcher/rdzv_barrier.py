@@ -3,20 +3,29 @@ c10d TCPStore, with round-scoped keys, round fencing, keep-alives and hot spares
 
 A round R gathers participants (`round/R/...`, layout in `launcher.rdzv_store`) until it
 can close: MAX nodes alive, or the rank assignment (`launcher.rdzv_ranks.assign`) is
-possible and the last-call window has passed since it first was. Any participant may
-close it; `compare_set` on the round's result makes the first writer win, and everyone
-reads the same assignment. A participant whose last keep-alive is older than the
-keep-alive timeout, or that marked itself left, is not counted, so one that leaves
-mid-rendezvous is dropped instead of blocking the barrier.
+possible and the last-call window has passed since it first was (or every node of R-1
+that is still alive is back). Any participant may close it; `compare_set` on the round's
+result makes the first writer win, and everyone reads the same assignment. A participant
+whose last keep-alive is older than the keep-alive timeout, or that marked itself left, is
+not counted, so one that leaves mid-rendezvous is dropped instead of blocking the barrier.
+
+Store work per node is constant, whatever the node count (issue 29): a node joins with a
+fixed number of operations (a slot from an `add`, its descriptor and keep-alive, an `add`
+to the arrival counter), and then polls one key (`round/R/decided`) with a backoff. The
+full evaluation (every descriptor and keep-alive in one `multi_get`) is made by the node
+whose arrival may complete the round (the counters say so) and, periodically, by the
+round's leader only (slot 0 unless it died: `round/R/lead`); the others check just the
+leader's keep-alive, once per keep-alive interval, and take its place when it is gone.
+While a round runs, the leader alone watches the active nodes' keep-alives.
 
 Active nodes return from `next_rendezvous` with their group rank; standbys (hot spares)
 do not: they keep their reserved rank and wait for round R+1, which is opened (only) when
 an active node of R comes back to the rendezvous (its workers failed), leaves it (failed
-health check) or stops beating (launcher killed); a waiting standby that sees the last two
-opens R+1 itself. Active nodes learn of R+1 through `num_nodes_waiting` and restart, so a
-standby replaces a failed node without the scheduler; a standby that merely waits never
-makes the active group restart. The rendezvous is closed (`closed` key) only by a
-job-wide decision (`close_for_exit`); standbys then end with the job's outcome.
+health check) or stops beating (launcher killed; seen by the leader). Active nodes learn
+of R+1 through `num_nodes_waiting` and restart, so a standby replaces a failed node
+without the scheduler; a standby that merely waits never makes the active group restart.
+The rendezvous is closed (`closed` key, signed) only by a job-wide decision
+(`close_for_exit`); standbys then end with the job's outcome.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch.distributed import DistError, PrefixStore, Store
@@ -44,18 +53,28 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
+from relaunch.launcher.rdzv_auth import ForgedValue
 from relaunch.launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
-from relaunch.launcher.rdzv_store import Keys, cas, create_store, dumps, get_int, get_str, run_store
+from relaunch.launcher.rdzv_store import (
+    LEFT,
+    Keys,
+    RunStore,
+    create_store,
+    dumps,
+    is_loopback_name,
+)
 from relaunch.launcher.worker_store import WorkerStoreHost
 
-POLL_S = 0.5  # longest a waiter sleeps between checks (closing wakes it at once)
+POLL_S = 0.5  # the leader's evaluation interval while a round gathers
+POLL_MIN_S = 0.005  # first wait between two polls of a wake key (doubling from there)
+POLLS_PER_S = 10_000  # the poll backoff's cap keeps all nodes' polls under this rate
 
 
 @contextlib.contextmanager
 def _store_lost(endpoint: str) -> Any:
     """A store operation that fails (its host died, the network went) becomes one
     `RendezvousConnectionError` with a one-line reason: the launcher reports it and exits
-    (code 1) instead of dying with a C++ traceback."""
+    (code 1) instead of dying with a C++ traceback. A forged value is one too."""
     try:
         yield
     except DistError as exc:
@@ -63,6 +82,8 @@ def _store_lost(endpoint: str) -> Any:
         raise RendezvousConnectionError(
             f"lost the rendezvous store at {endpoint} (its host ended or is unreachable): {first}"
         ) from None
+    except ForgedValue as exc:
+        raise RendezvousConnectionError(f"rendezvous store at {endpoint}: {exc}") from None
 
 
 class BarrierRendezvousHandler(RendezvousHandler):
@@ -77,7 +98,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
         segment_id: str | None = None,
         store: Store | None = None,
         hosting: bool = False,
+        secret: bytes | None = None,
     ) -> None:
+        from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
         self._params = params
         self.min_nodes, self.max_nodes = params.min_nodes, params.max_nodes
         self.segment = segment
@@ -91,8 +115,12 @@ class BarrierRendezvousHandler(RendezvousHandler):
             store, hosting = create_store(params)
         self.hosting = hosting
         self._tcp = store
-        self._s = run_store(store, params.run_id)
-        addr = params.local_addr or socket.getfqdn()
+        self.run = RunStore(store, params.run_id, secret)
+        self._s = self.run
+        host = parse_rendezvous_endpoint(params.endpoint, default_port=29400)[0]
+        # the workers' store binds where the job's nodes meet: loopback for a job on one
+        # machine, else this node's address
+        addr = params.local_addr or ("127.0.0.1" if is_loopback_name(host) else socket.getfqdn())
         self._me = Participant(
             node_id=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
             addr=addr,
@@ -101,17 +129,18 @@ class BarrierRendezvousHandler(RendezvousHandler):
             segment=segment_id,
         )
         self._was_active = False
-        self._active: tuple[int, list[Assignment], dict[str, int]] | None = None
+        self._active: tuple[int, Closed] | None = None
         self._beat: tuple[int, int] | None = None  # (round, slot) kept alive
         self._stop = threading.Event()
         self._peer_check_at = 0.0
+        self._cache: dict[tuple[str, int], Any] = {}  # per-round facts that never change
         self.report: Callable[[str], None] = lambda text: None
         self.closed_reason: str | None = None
         self._acked = False
+        self._warned = False
         self.warn: Callable[[str], None] = lambda text: None  # the agent's warning line
         self._workers_store = WorkerStoreHost(warn=lambda text: self.warn(text))
-        cas(self._s, Keys.ROUND, "", "0")
-        self._s.set(Keys.opened(0), "1")
+        self._s.cas(Keys.ROUND, "", "0")
         self._thread = threading.Thread(target=self._keep_alive, daemon=True, name="rdzv-ka")
         self._thread.start()
         atexit.register(self.shutdown)
@@ -130,10 +159,18 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
     def is_closed(self) -> bool:
         with _store_lost(self._params.endpoint):
-            return get_str(self._s, Keys.CLOSED) is not None
+            return self._closed() is not None
+
+    def _closed(self) -> str | None:
+        """The job's outcome when the rendezvous was closed (a signed value: one written
+        without the job's secret is refused, never taken as the outcome)."""
+        return self._s.read(Keys.CLOSED)
 
     def set_closed(self, reason: str = "failed") -> None:
-        cas(self._s, Keys.CLOSED, "", reason)
+        with _store_lost(self._params.endpoint):
+            self._s.cas(Keys.CLOSED, "", reason)
+            r = self._round()
+            self._s.write_many({Keys.decided(r): "1", Keys.end(r): "1"})
 
     def num_nodes_waiting(self) -> int:
         """1 when the next round was opened (an active node failed, left or died):
@@ -145,14 +182,13 @@ class BarrierRendezvousHandler(RendezvousHandler):
         active = self._active
         if active is None:
             return 0
-        r, result, _ = active
-        if self._s.check([Keys.opened(r + 1)]):
-            return 1
+        r, result = active
+        if self._s.exists(Keys.end(r)):
+            return 1 if self._s.exists(Keys.opened(r + 1)) else 0
         now = time.monotonic()
         if now >= self._peer_check_at:
             self._peer_check_at = now + self.keep_alive_s
-            if self._dead_actives(r, result):
-                self._open(r + 1)
+            if self._watch(r, result):
                 return 1
         return 0
 
@@ -169,6 +205,12 @@ class BarrierRendezvousHandler(RendezvousHandler):
             return self._next_rendezvous()
 
     def _next_rendezvous(self) -> RendezvousInfo:
+        if self._s.secret is None and not self._warned:
+            self._warned = True
+            self.warn(
+                "the rendezvous store is not authenticated (no --ft-job-secret-file, no "
+                "RELAUNCH_JOB_SECRET): anyone who reaches its port can change this job"
+            )
         deadline = time.monotonic() + self.join_timeout_s
         if self._active is not None:  # this node was active: its peers must restart too
             self._open(self._active[0] + 1)
@@ -177,21 +219,24 @@ class BarrierRendezvousHandler(RendezvousHandler):
             self._raise_if_closed()
             r, slot = self._join()
             result = self._wait_closed(r, slot, deadline)
-            mine = next((a for a in result if a.node_id == self._me.node_id), None)
+            mine = result.assignment(slot) if result is not None else None
             if mine is None:  # joined after the round closed: the next one
                 self._beat = None
                 self._wait_next_round(r, result, deadline)
                 continue
             if mine.active:
                 self._was_active = True
-                world = sum(1 for a in result if a.active)
-                slots = self._slots(r, result)
-                self._active = (r, result, slots)
-                store = PrefixStore(Keys.store_prefix(r), self._s)
+                assert result is not None
+                world = result.world
+                self._active = (r, result)
+                self._peer_check_at = time.monotonic() + self.keep_alive_s
+                store = PrefixStore(
+                    f"{self._s.prefix}/{Keys.store_prefix(r)}", self._tcp
+                )  # the round's store for elastic and the workers' bootstrap
                 info = self._workers_store.bootstrap(mine.group_rank, store, self._me.addr)
                 self.report(
                     f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
-                    f" ({len(result) - world} standby)"
+                    f" ({result.size - world} standby)"
                 )
                 return RendezvousInfo(store, mine.group_rank, world, info)
             self._was_active = False
@@ -208,16 +253,25 @@ class BarrierRendezvousHandler(RendezvousHandler):
         the next round opened if it was active, so nobody waits for its keep-alive."""
         beat, self._beat = self._beat, None
         if beat is not None:
-            self._s.set(Keys.left(*beat), "1")
+            self._s.write(Keys.heartbeat(*beat), LEFT)
+            self._s.add(Keys.gone(beat[0]), 1)
         if self._active is not None:
             self._open(self._active[0] + 1)
             self._active = None
         self.shutdown()
 
     # -- internals -----------------------------------------------------------------
+    def _round(self) -> int:
+        return int(self._s.get(Keys.ROUND))
+
     def _raise_if_closed(self) -> None:
-        reason = get_str(self._s, Keys.CLOSED)
+        reason = self._closed()
         if reason is not None:
+            # A node back from a round it was active in (its workers failed or were
+            # stopped) never takes the job's success as its own outcome: its exit follows
+            # from its own workers. A standby's outcome is the job's (a signed value).
+            if reason == "succeeded" and self._was_active:
+                reason = "succeeded on other nodes; this node's workers did not"
             self.closed_reason = reason
             self.acknowledge_close()
             raise RendezvousClosedError(f"the rendezvous was closed: job {reason}")
@@ -226,116 +280,183 @@ class BarrierRendezvousHandler(RendezvousHandler):
         """Tell the store host this node saw the end (it waits for that before exiting)."""
         if not self._acked:
             self._acked = True
-            self._s.set(Keys.ack(self._me.node_id), "1")
+            self._s.append(Keys.ACKS, self._me.node_id + "\n")
 
     def wait_for_acks(self, limit_s: float | None = None) -> int:
         """On the store host after the job ended: wait until every node of the last two
         rounds that has not left has seen the end (or stopped beating), so none loses the
-        store before it learns the outcome. Bounded by the keep-alive timeout + 5 s.
-        Returns how many nodes never answered."""
+        store before it learns the outcome. Bounded by the keep-alive timeout + 5 s; two
+        store operations per poll. Returns how many nodes never answered."""
         deadline = time.monotonic() + (limit_s or self.keep_alive_timeout_s + 5)
-        r = get_int(self._s, Keys.ROUND)
+        r = self._round()
         waiting: dict[str, tuple[int, int]] = {}
         for rr in (r - 1, r):
-            if rr < 0:
-                continue
-            for slot, p in self._participants(rr).items():
-                if p.node_id != self._me.node_id and not self._s.check([Keys.left(rr, slot)]):
-                    waiting[p.node_id] = (rr, slot)
+            if rr >= 0:
+                for slot, p in self._participants(rr).items():
+                    if p.node_id != self._me.node_id:
+                        waiting[p.node_id] = (rr, slot)
+        step = POLL_MIN_S
         while waiting and time.monotonic() < deadline:
-            for node_id, (rr, slot) in list(waiting.items()):
-                if self._s.check([Keys.ack(node_id)]) or not self._alive(rr, slot):
-                    del waiting[node_id]
+            acked = set((self._s.raw_get(Keys.ACKS) or "").split("\n"))
+            ids = [n for n in waiting if n not in acked]
+            beats = self._beats([waiting[n] for n in ids])
+            waiting = {n: waiting[n] for n, b in zip(ids, beats, strict=True) if self._fresh(b)}
             if waiting:
-                time.sleep(0.05)
+                time.sleep(step)
+                step = min(step * 2, 0.1)
         return len(waiting)
 
     def _open(self, r: int) -> None:
-        """Open round r (only from r-1: a node still on an older round cannot)."""
-        now = cas(self._s, Keys.ROUND, str(r - 1), str(r))
+        """Open round r (only from r-1: a node still on an older round cannot) and wake
+        round r-1's waiters."""
+        now = self._s.cas(Keys.ROUND, str(r - 1), str(r))
         if now == str(r):
-            self._s.set(Keys.opened(r), "1")
+            self._s.write_many(
+                {Keys.opened(r): "1", Keys.end(r - 1): "1", Keys.decided(r - 1): "1"}
+            )
 
     def _join(self) -> tuple[int, int]:
         while True:
-            r = get_int(self._s, Keys.ROUND)
-            raw = get_str(self._s, Keys.result(r))
+            r = self._round()
+            raw = self._s.read(Keys.result(r))
             if raw is None:
                 break
             _nodes(raw)  # a round that failed fails a late node too (nobody opens r+1)
             # round r runs without us (a node the scheduler added or restarted): wait as a
             # hot spare, without a deadline, until r+1 opens
             self.report(f"rendezvous round {r} is running; waiting for the next round")
-            self._wait_next_round(r, None, None)
+            self._wait_next_round(r, _nodes(raw), None)
+            self._raise_if_closed()
         slot = self._s.add(Keys.count(r), 1) - 1
         desc = Participant(**{**asdict(self._me), "was_active": self._was_active})
-        self._s.set(Keys.participant(r, slot), dumps(asdict(desc)))
-        self._s.set(Keys.heartbeat(r, slot), repr(time.time()))
+        self._s.write_many(
+            {Keys.participant(r, slot): dumps(asdict(desc)), Keys.heartbeat(r, slot): _now()}
+        )
         self._beat = (r, slot)
+        arrived = self._s.add(Keys.arrived(r), 1)
+        if self._may_complete(r, arrived):
+            self._evaluate(r, {}, arrival=arrived)
         return r, slot
 
-    def _participants(self, r: int) -> dict[int, Participant]:
-        n = get_int(self._s, Keys.count(r))
-        keys = [Keys.participant(r, i) for i in range(n)]
-        if not keys:
-            return {}
-        if self._s.check(keys):  # the usual case: one round trip for all descriptors
-            present = list(range(n))
-        else:  # a slot taken, its descriptor not written yet
-            present = [i for i, k in enumerate(keys) if self._s.check([k])]
-        values = self._s.multi_get([keys[i] for i in present]) if present else []
-        return {
-            i: Participant(**json.loads(v.decode())) for i, v in zip(present, values, strict=True)
-        }
-
-    def _alive(self, r: int, slot: int) -> bool:
-        """Not left, and its last keep-alive (wall-clock time, as torch's c10d rendezvous
-        keeps them: clocks must agree within the keep-alive timeout) is recent."""
-        if self._s.check([Keys.left(r, slot)]):
+    def _may_complete(self, r: int, arrived: int) -> bool:
+        """Whether `arrived` nodes might let round r close now (counters only: MAX, or as
+        many as round r-1 had minus those that left it); the full evaluation decides."""
+        if arrived >= self.max_nodes:
+            return True
+        if r == 0 or arrived < self.min_nodes:
             return False
-        beat = get_str(self._s, Keys.heartbeat(r, slot))
-        return beat is not None and time.time() - float(beat) < self.keep_alive_timeout_s
+        size = self._s.read_int(Keys.size(r - 1), 0)
+        return arrived >= size - self._s.add(Keys.gone(r - 1), 0)
 
-    def _wait_closed(self, r: int, slot: int, deadline: float) -> list[Assignment]:
-        last_call: float | None = None
-        dup_since: float | None = None  # when this node first saw a duplicate infra rank
+    def _participants(self, r: int, *, known: int | None = None) -> dict[int, Participant]:
+        """Round r's participants by slot: one `multi_get` when every slot taken has its
+        descriptor (arrivals == slots); else, as a fallback, a check per slot."""
+        arrived = self._s.add(Keys.arrived(r), 0) if known is None else known
+        n = self._s.add(Keys.count(r), 0)
+        if n == 0:
+            return {}
+        keys = [Keys.participant(r, i) for i in range(n)]
+        if arrived == n:
+            present = list(range(n))
+        else:  # a slot taken, its descriptor not written yet (or never: died in between)
+            present = [i for i, k in enumerate(keys) if self._s.exists(k)]
+        values = self._s.get_many([keys[i] for i in present])
+        return {i: Participant(**json.loads(v)) for i, v in zip(present, values, strict=True)}
+
+    def _beats(self, slots: list[tuple[int, int]]) -> list[str]:
+        return self._s.get_many([Keys.heartbeat(r, i) for r, i in slots])
+
+    def _fresh(self, beat: str) -> bool:
+        """Not left, and the keep-alive (wall-clock time, as torch's c10d rendezvous keeps
+        them: clocks must agree within the keep-alive timeout) is recent."""
+        return beat != LEFT and time.time() - float(beat) < self.keep_alive_timeout_s
+
+    def _alive_participants(self, r: int, arrival: int | None) -> dict[int, Participant]:
+        parts = self._participants(r, known=arrival)
+        beats = self._beats([(r, i) for i in parts])
+        return {i: p for (i, p), b in zip(parts.items(), beats, strict=True) if self._fresh(b)}
+
+    def _evaluate(self, r: int, state: dict[str, Any], arrival: int | None = None) -> None:
+        """Close round r when it can close now (a constant number of store operations:
+        the descriptors and keep-alives of all participants come in two `multi_get`s).
+        `state` keeps the last-call and duplicate timers between a leader's evaluations."""
+        by_slot = self._alive_participants(r, arrival)
+        alive = list(by_slot.values())
+        slots = {p.node_id: i for i, p in by_slot.items()}
+        missing = self._missing_from_previous(r, set(slots))
+        now = time.monotonic()
+        try:
+            plan = assign(alive, self.min_nodes, self.segment)
+            state.pop("dup_since", None)
+        except AssignmentError as exc:
+            # A killed launcher restarted by the scheduler has its old rank while the
+            # dead incarnation still counts as alive: wait until that one's keep-alive
+            # expires. A duplicate still alive then is real: the error becomes the
+            # round's result, so every node fails alike.
+            since = state.setdefault("dup_since", now)
+            if now - since > self.keep_alive_timeout_s:
+                self._close(r, None, error=str(exc))
+            return
+        if plan is None:
+            state.pop("last_call", None)
+            return
+        last_call = state.setdefault("last_call", now + self.last_call_s)
+        if len(alive) >= self.max_nodes or not missing or now >= last_call:
+            self._close(r, plan, slots)
+
+    def _leader(self, r: int) -> int:
+        return self._s.read_int(Keys.lead(r), 0)
+
+    def _wait_closed(self, r: int, slot: int, deadline: float) -> Closed | None:
+        state: dict[str, Any] = {}
+        lead = slot == 0
+        next_eval = time.monotonic() + (POLL_S if lead else self.keep_alive_s)
+        step = POLL_MIN_S
         while True:
-            self._raise_if_closed()
-            raw = get_str(self._s, Keys.result(r))
-            if raw is not None:
-                return _nodes(raw)
-            if get_int(self._s, Keys.ROUND) != r:
-                return []  # fenced: the round moved on without closing with us
-            alive = [p for i, p in self._participants(r).items() if self._alive(r, i)]
-            missing = self._missing_from_previous(r, {p.node_id for p in alive})
+            if self._s.exists(Keys.decided(r)):
+                self._raise_if_closed()
+                raw = self._s.read(Keys.result(r))
+                if raw is not None:
+                    return _nodes(raw)
+                return None  # fenced: the round moved on without closing with us
             now = time.monotonic()
-            try:
-                plan = assign(alive, self.min_nodes, self.segment)
-                dup_since = None
-            except AssignmentError as exc:
-                # A killed launcher restarted by the scheduler has its old rank while the
-                # dead incarnation still counts as alive: wait until that one's keep-alive
-                # expires. A duplicate still alive then is real: the error becomes the
-                # round's result, so every node fails alike.
-                dup_since = dup_since if dup_since is not None else now
-                if now - dup_since > self.keep_alive_timeout_s:
-                    self._close(r, None, str(exc))
-                    continue
-                plan = None
-            if plan is None:
-                last_call = None
-            else:
-                last_call = last_call if last_call is not None else now + self.last_call_s
-                if len(alive) >= self.max_nodes or not missing or now >= last_call:
-                    self._close(r, plan)
-                    continue
+            if now >= next_eval:
+                if not lead:  # the leader's keep-alive only; its place when it is gone
+                    lead = self._take_lead_if_gone(r, slot)
+                if lead:
+                    if self._round() != r:
+                        return None
+                    self._evaluate(r, state)
+                    step = POLL_MIN_S
+                next_eval = now + (POLL_S if lead else self.keep_alive_s)
+                if lead and "last_call" in state:
+                    next_eval = min(next_eval, max(now + 0.01, state["last_call"]))
             if now > deadline:
+                alive = len(self._alive_participants(r, None))
                 raise RendezvousTimeoutError(
-                    f"round {r}: {len(alive)} node(s) alive after {self.join_timeout_s:g} s, "
+                    f"round {r}: {alive} node(s) alive after {self.join_timeout_s:g} s, "
                     f"{self.min_nodes} needed"
                 )
-            wait = POLL_S if last_call is None else max(0.01, min(POLL_S, last_call - now))
-            self._wait_key(Keys.result(r), wait)
+            step = self._pause(step, next_eval - time.monotonic(), r)
+
+    def _pause(self, step: float, until_eval: float, r: int) -> float:
+        """Sleep before the next poll: backing off from 5 ms to a cap that keeps the store
+        host under POLLS_PER_S polls in all (the cap grows with the job's MAX nodes)."""
+        time.sleep(max(0.0, min(step, until_eval)))
+        return min(step * 2, max(0.1, self.max_nodes / POLLS_PER_S))
+
+    def _take_lead_if_gone(self, r: int, slot: int | None) -> bool:
+        """Whether this node (slot in round r, None: not in it) watches round r now: it
+        does when the leader left or stopped beating (it takes the leader's place)."""
+        lead = self._leader(r)
+        if slot == lead:
+            return True
+        beat = self._s.read(Keys.heartbeat(r, lead))
+        if beat is not None and self._fresh(beat):
+            return False
+        if slot is None:
+            return True  # not in round r: watches this once, cannot take the place
+        return self._s.cas(Keys.lead(r), str(lead) if lead else "", str(slot)) == str(slot)
 
     def _missing_from_previous(self, r: int, joined: set[str]) -> int:
         """Nodes of round r-1 (active or standby) not in round r yet that are neither left
@@ -343,64 +464,83 @@ class BarrierRendezvousHandler(RendezvousHandler):
         0 has no previous round: it waits for MAX nodes or its last call."""
         if r == 0:
             return 1
-        raw = get_str(self._s, Keys.result(r - 1))
-        if raw is None:
+        prev = self._previous(r - 1)
+        if prev is None:
             return 1
-        expected = {a["node_id"] for a in json.loads(raw).get("nodes", [])}
-        missing = 0
-        for slot, p in self._participants(r - 1).items():
-            if p.node_id in expected and p.node_id not in joined and self._alive(r - 1, slot):
-                missing += 1
-        return missing
+        away = [(node, slot) for node, slot in prev.items() if node not in joined]
+        beats = self._beats([(r - 1, slot) for _, slot in away])
+        return sum(1 for b in beats if self._fresh(b))
 
-    def _close(self, r: int, plan: list[Assignment] | None, error: str | None = None) -> None:
-        """Write round r's result (first writer wins): the plan, or the error that fails
-        the round on every participant (duplicate infra ranks)."""
-        if get_int(self._s, Keys.ROUND) != r:
+    def _previous(self, r: int) -> dict[str, int] | None:
+        """Slots of round r's assigned nodes by node id (read once: a closed round never
+        changes)."""
+        key = ("prev", r)
+        if key not in self._cache:
+            raw = self._s.read(Keys.result(r))
+            if raw is None:
+                return None
+            assigned = set(_nodes(raw).assigned_slots())
+            parts = self._participants(r)
+            self._cache[key] = {p.node_id: i for i, p in parts.items() if i in assigned}
+        return dict(self._cache[key])
+
+    def _close(
+        self,
+        r: int,
+        plan: list[Assignment] | None,
+        slots: dict[str, int] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Write round r's result (first writer wins): each slot's group rank (-1: not
+        in the round), compact so that every node reading it costs a few bytes per node;
+        or the error that fails the round on every participant (duplicate infra ranks);
+        then wake its waiters."""
+        if self._round() != r:
             return
-        body: dict[str, Any] = {"round": r, "nodes": [asdict(a) for a in plan or []]}
+        slots = slots or {}
+        ranks = [-1] * (max(slots.values(), default=-1) + 1)
+        for a in plan or []:
+            ranks[slots[a.node_id]] = a.group_rank
+        world = sum(1 for a in plan or [] if a.active)
+        body: dict[str, Any] = {"round": r, "world": world, "ranks": ranks}
         if error is not None:
             body["error"] = error
-        cas(self._s, Keys.result(r), "", dumps(body))
+        won = json.loads(self._s.cas(Keys.result(r), "", dumps(body)))
+        size = str(sum(1 for g in won.get("ranks", []) if g >= 0))
+        self._s.write_many({Keys.size(r): size, Keys.decided(r): "1"})
 
-    def _slots(self, r: int, result: list[Assignment]) -> dict[str, int]:
-        ids = {a.node_id for a in result if a.active}
-        return {p.node_id: i for i, p in self._participants(r).items() if p.node_id in ids}
-
-    def _dead_actives(self, r: int, result: list[Assignment] | None) -> bool:
+    def _dead_actives(self, r: int, result: Closed | None) -> bool:
         if not result:
             return False
-        slots = self._slots(r, result)
-        return any(not self._alive(r, s) for s in slots.values())
+        beats = self._beats([(r, s) for s in result.active_slots()])
+        return any(not self._fresh(b) for b in beats)
 
-    def _wait_next_round(
-        self, r: int, result: list[Assignment] | None, deadline: float | None
-    ) -> None:
-        """Wait until round r+1 is opened; open it when an active node of r died or left."""
-        if result is None:
-            raw = get_str(self._s, Keys.result(r))
-            result = _nodes(raw) if raw else []
-        while not self._s.check([Keys.opened(r + 1)]):
-            self._raise_if_closed()
-            if self._dead_actives(r, result):
-                self.report(f"rendezvous round {r}: an active node left or stopped beating")
-                self._open(r + 1)
-                break
-            if deadline is not None and time.monotonic() > deadline:
+    def _watch(self, r: int, result: Closed | None) -> bool:
+        """Once per keep-alive interval while round r runs: the leader (or whoever takes
+        its place) opens r+1 when an active node died or left. True when r+1 opened."""
+        slot = self._beat[1] if self._beat is not None and self._beat[0] == r else None
+        if not self._take_lead_if_gone(r, slot):
+            return False
+        if self._dead_actives(r, result):
+            self.report(f"rendezvous round {r}: an active node left or stopped beating")
+            self._open(r + 1)
+            return True
+        return False
+
+    def _wait_next_round(self, r: int, result: Closed | None, deadline: float | None) -> None:
+        """Wait until round r ends (r+1 opened, or the job closed); the leader opens r+1
+        when an active node of r died or left."""
+        next_watch = 0.0
+        step = POLL_MIN_S
+        while not self._s.exists(Keys.end(r)):
+            now = time.monotonic()
+            if now >= next_watch:
+                next_watch = now + self.keep_alive_s
+                if self._watch(r, result):
+                    break
+            if deadline is not None and now > deadline:
                 raise RendezvousTimeoutError(f"round {r + 1} was not opened in time")
-            self._wait_key(Keys.opened(r + 1), POLL_S)
-
-    def _wait_key(self, key: str, seconds: float) -> None:
-        """Until `key` exists or `seconds` passed: checks 5 ms apart, backing off to
-        100 ms (the store's own timed wait logs a C++ warning at every timeout)."""
-        end = time.monotonic() + seconds
-        step = 0.005
-        while not self._s.check([key]):
-            left = end - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                return
-            time.sleep(min(step, left))
-            step = min(step * 2, 0.1)
+            step = self._pause(step, next_watch - time.monotonic(), r)
 
     def _keep_alive(self) -> None:
         while not self._stop.wait(self.keep_alive_s):
@@ -408,18 +548,48 @@ class BarrierRendezvousHandler(RendezvousHandler):
             if beat is None:
                 continue
             try:
-                self._s.set(Keys.heartbeat(*beat), repr(time.time()))
+                self._s.write(Keys.heartbeat(*beat), _now())
             except Exception:  # noqa: BLE001 - the store went away; the agent will see it
                 return
 
 
-def _nodes(raw: str) -> list[Assignment]:
-    """The assignments of a closed round's result; RendezvousError when the round failed
-    (the same one-line reason on every participant)."""
+def _now() -> str:
+    return repr(time.time())
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A closed round's result: each slot's group rank (-1: not in the round), and how
+    many are active (group ranks 0..world-1; higher ones are standbys)."""
+
+    ranks: list[int]
+    world: int
+
+    @property
+    def size(self) -> int:
+        return sum(1 for g in self.ranks if g >= 0)
+
+    def assignment(self, slot: int) -> Assignment | None:
+        rank = self.ranks[slot] if slot < len(self.ranks) else -1
+        return None if rank < 0 else Assignment(str(slot), rank, rank < self.world)
+
+    def active_slots(self) -> list[int]:
+        return [i for i, g in enumerate(self.ranks) if 0 <= g < self.world]
+
+    def assigned_slots(self) -> list[int]:
+        return [i for i, g in enumerate(self.ranks) if g >= 0]
+
+    def __bool__(self) -> bool:
+        return bool(self.ranks)
+
+
+def _nodes(raw: str) -> Closed:
+    """A closed round's result; RendezvousError when the round failed (the same one-line
+    reason on every participant)."""
     data = json.loads(raw)
     if "error" in data:
         raise RendezvousError(f"round {data['round']}: {data['error']}")
-    return [Assignment(**a) for a in data["nodes"]]
+    return Closed(list(data["ranks"]), int(data["world"]))
 
 
 def on_exit(handler: Any, terminal: str | None) -> None:

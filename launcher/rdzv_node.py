@@ -11,7 +11,8 @@
   line of the file named by `RELAUNCH_SEGMENT_ID_FILE` (CPU machines, tests).
 - `uses_barrier(settings)`: whether the job rendezvous through `launcher.rdzv_barrier`.
 - `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above,
-  the numeric `--rdzv-conf` values the barrier rendezvous reads).
+  the numeric `--rdzv-conf` values the barrier rendezvous reads, the job's secret:
+  `launcher.rdzv_auth.load_secret`).
 """
 
 from __future__ import annotations
@@ -173,6 +174,10 @@ def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     barrier = uses_barrier(s)
     if barrier and s.rdzv_conf:
         check_conf(s.rdzv_conf)
+    if barrier:
+        from relaunch.launcher.rdzv_auth import load_secret
+
+        s.job_secret = load_secret(s.ft_job_secret_file or None, single_node=s.max_nodes == 1)[0]
     if s.ft_segment is not None:
         if not barrier:
             raise ValueError("--ft-segment needs the barrier rendezvous (--rdzv-backend c10d)")

@@ -11,6 +11,11 @@ workers to connect to it as clients (`TORCHELASTIC_USE_AGENT_STORE=True`, the me
 torch's dynamic rendezvous). A fresh server per round means a restarted cycle never reads
 keys of the one before (torch 2.13's shared store keeps them).
 
+The server listens on the node's address only (`rdzv_store.bound_listener`: loopback
+for a job on one machine), not on every interface as torch's own server does. It speaks
+torch's native protocol without authentication (the workers' `init_process_group` must
+reach it): see the threat model in docs/launcher.md.
+
 If the server cannot start (its address does not resolve or connect from this host), the
 round falls back to worker rank 0 hosting, with a warning: as before, never worse.
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (torch's spelling) asks for that fallback always, for a
@@ -25,6 +30,8 @@ from datetime import timedelta
 
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousStoreInfo
+
+from relaunch.launcher.rdzv_store import bound_listener
 
 DISABLE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # How long the new server's own client may take to connect to it (torch connects one to
@@ -69,16 +76,19 @@ class WorkerStoreHost:
         server_port: int | None = None
         if self.wanted and group_rank == 0:
             try:
+                listener = bound_listener(addr, 0)  # this node's address only
+                port = listener.getsockname()[1]
                 self._server = self._server_factory(
                     host_name=addr,
-                    port=0,
+                    port=port,
                     is_master=True,
                     wait_for_workers=False,
                     timeout=SELF_CONNECT_TIMEOUT,
-                    use_libuv=os.environ.get("USE_LIBUV", "1") != "0",
+                    master_listen_fd=listener.detach(),  # the server owns and closes it
+                    use_libuv=True,
                 )
                 server_port = self._server.port
-            except (RuntimeError, ValueError) as exc:  # DistError / DistNetworkError included
+            except (RuntimeError, ValueError, OSError) as exc:  # DistError included
                 self.shared = False
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
                 self.warn(

@@ -11,9 +11,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaunch.launcher.rdzv_store import LEFT, Keys, RunStore, dumps
 from tests._launcher_helpers import REPO, relaunch_env
 
 RDZV_WORKER = REPO / "tests" / "workers" / "rdzv_job.py"
+SECRET = b"tests-secret-of-the-rendezvous-0123456789"
+
+
+def ghost_join(
+    view: RunStore,
+    r: int,
+    node_id: str,
+    *,
+    beat: float,
+    left: bool = False,
+    infra_rank: int | None = None,
+) -> int:
+    """A participant written straight into round r as a launcher joins (slot, descriptor,
+    keep-alive, arrival): one that then died (keep-alive far in the past), left, or is
+    alive elsewhere (a keep-alive in the future). Returns its slot."""
+    slot = view.add(Keys.count(r), 1) - 1
+    desc = {"node_id": node_id, "addr": "zz", "pid": 1, "infra_rank": infra_rank,
+            "segment": None, "was_active": False}  # fmt: skip
+    view.write_many({Keys.participant(r, slot): dumps(desc),
+                     Keys.heartbeat(r, slot): LEFT if left else repr(beat)})  # fmt: skip
+    view.add(Keys.arrived(r), 1)
+    return slot
 
 
 def free_port() -> int:
@@ -73,6 +96,7 @@ def start_node(
     ]  # fmt: skip
     full_env = relaunch_env(tmp_path)
     full_env["TEST_NODE"] = name
+    full_env["RELAUNCH_JOB_SECRET"] = SECRET.decode()  # as a scheduler sets it on every node
     if group_rank is not None:
         full_env["GROUP_RANK"] = str(group_rank)
         cmd.insert(cmd.index("--log-dir"), "--ft-use-infra-group-rank")
@@ -129,3 +153,31 @@ def wait_worker_pid(nodes: list[Node], pid_file: Path, limit_s: float = 240) -> 
         time.sleep(0.1)
     assert pid_file.exists(), {n.name: n.text() for n in nodes}
     return int(pid_file.read_text())
+
+
+class CountingStore:
+    """A counting proxy in front of a handler's run store (`RunStore.store`, the real
+    TCPStore behind it): every operation is one call here and one round trip there.
+    Records (node, phase, operation, first key) in a shared list."""
+
+    def __init__(self, inner: object, node: int, log: list[tuple[int, str, str, str]],
+                 phase: dict[str, str]) -> None:  # fmt: skip
+        self._inner, self._node, self._log, self._phase = inner, node, log, phase
+
+    def __getattr__(self, name: str) -> object:
+        fn = getattr(self._inner, name)
+        if not callable(fn):
+            return fn
+
+        def counted(*args: object, **kw: object) -> object:
+            first = args[0] if args else ""
+            key = str(first[0] if isinstance(first, list) and first else first)
+            self._log.append((self._node, self._phase["now"], name, key))
+            return fn(*args, **kw)
+
+        return counted
+
+
+def is_poll(op: str, key: str) -> bool:
+    """A waiter's poll: one `check` of its round's wake key."""
+    return op == "check" and key.endswith(("/decided", "/end"))

@@ -105,20 +105,20 @@ def test_a_duplicate_infra_rank_fails_the_round_on_every_node() -> None:
                       timeout=timedelta(seconds=30))  # fmt: skip
     c = Cluster(server, 2, 4, last_call_timeout=0)
     try:
-        from relaunch.launcher.rdzv_store import Keys, dumps
+        from relaunch.launcher.rdzv_store import LEFT, Keys
+        from tests._rdzv_helpers import ghost_join
 
+        first = c.handler(infra_rank=0)
+        tf = c.join(first)
+        while c.view.add(Keys.arrived(0), 0) < 1:  # it holds slot 0: the round's leader
+            time.sleep(0.01)
         dups = []
         for node in ("dupA", "dupB"):  # two live launchers both claiming infra rank 1
-            slot = c.view.add(Keys.count(0), 1) - 1
-            c.view.set(Keys.participant(0, slot), dumps({"node_id": node, "addr": "zz",
-                       "pid": 1, "infra_rank": 1, "segment": None, "was_active": False}))  # fmt: skip
-            c.view.set(Keys.heartbeat(0, slot), repr(time.time() + 3600))
-            dups.append(slot)
-        first = c.handler(infra_rank=0)
-        c.join(first).join(60)
+            dups.append(ghost_join(c.view, 0, node, beat=time.time() + 3600, infra_rank=1))
+        tf.join(60)
         assert isinstance(c.results[0], RendezvousError), c.results[0]
         assert "duplicate infra group rank 1" in str(c.results[0])
-        c.view.set(Keys.left(0, dups[1]), "1")  # one duplicate gives up
+        c.view.write(Keys.heartbeat(0, dups[1]), LEFT)  # one duplicate gives up
         later = c.handler(infra_rank=2)
         c.join(later).join(60)
         assert isinstance(c.results[1], RendezvousError), c.results[1]
@@ -137,17 +137,15 @@ def test_a_restarted_launcher_is_not_a_duplicate_of_its_dead_incarnation() -> No
 
     from torch.distributed import TCPStore
 
-    from relaunch.launcher.rdzv_store import Keys, dumps
+    from tests._rdzv_helpers import ghost_join
     from tests.test_rdzv_barrier import Cluster
 
     server = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True,
                       timeout=timedelta(seconds=30))  # fmt: skip
     c = Cluster(server, 2, 2, keep_alive_interval=1, keep_alive_max_attempt=3)
     try:
-        slot = c.view.add(Keys.count(0), 1) - 1  # the dead incarnation of infra rank 1
-        c.view.set(Keys.participant(0, slot), dumps({"node_id": "old-n1", "addr": "zz",
-                   "pid": 1, "infra_rank": 1, "segment": None, "was_active": False}))  # fmt: skip
-        c.view.set(Keys.heartbeat(0, slot), repr(time.time()))  # fresh, never renewed
+        # the dead incarnation of infra rank 1: a fresh keep-alive, never renewed
+        ghost_join(c.view, 0, "old-n1", beat=time.time(), infra_rank=1)
         # the restarted n1 joins first (it sees only its stale twin), then n0: whatever
         # the interleaving, the duplicate lasts until the stale keep-alive expires
         n1 = c.handler(infra_rank=1)

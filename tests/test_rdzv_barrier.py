@@ -5,6 +5,7 @@ node that died is simulated by a keep-alive far in the past, never by waiting.""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler, close_for_exit
-from relaunch.launcher.rdzv_store import Keys, dumps, get_int, get_str, run_store
+from relaunch.launcher.rdzv_store import Keys, RunStore
+from tests._rdzv_helpers import SECRET, ghost_join
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,13 +40,13 @@ class Cluster:
         self.handlers: list[BarrierRendezvousHandler] = []
         self.results: dict[int, object] = {}
         self.threads: list[threading.Thread] = []
-        self.view = run_store(server, "t")
+        self.view = RunStore(server, "t", SECRET)
 
     def handler(self, **kw: object) -> BarrierRendezvousHandler:
         params = RendezvousParameters("c10d", f"127.0.0.1:{self.port}", "t", self.lo, self.hi,
                                       local_addr="127.0.0.1", **self.conf)  # fmt: skip
         client = TCPStore("127.0.0.1", self.port, is_master=False, timeout=timedelta(seconds=30))
-        h = BarrierRendezvousHandler(params, store=client, **kw)  # type: ignore[arg-type]
+        h = BarrierRendezvousHandler(params, store=client, secret=SECRET, **kw)  # type: ignore[arg-type]
         self.handlers.append(h)
         return h
 
@@ -67,15 +69,10 @@ class Cluster:
             h.shutdown()
 
 
-def ghost(view, r: int, node_id: str, *, beat: float, left: bool = False) -> None:  # type: ignore[no-untyped-def]
+def ghost(view: RunStore, r: int, node_id: str, *, beat: float, left: bool = False) -> int:
     """A participant written straight into round r: a launcher that joined, then died
-    (keep-alive far in the past) or left."""
-    slot = view.add(Keys.count(r), 1) - 1
-    view.set(Keys.participant(r, slot), dumps({"node_id": node_id, "addr": "zz", "pid": 1,
-             "infra_rank": None, "segment": None, "was_active": False}))  # fmt: skip
-    view.set(Keys.heartbeat(r, slot), repr(beat))
-    if left:
-        view.set(Keys.left(r, slot), "1")
+    (keep-alive far in the past) or left. Returns its slot."""
+    return ghost_join(view, r, node_id, beat=beat, left=left)
 
 
 def test_a_round_closes_when_max_nodes_joined_with_ranks_by_infra_rank(server) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +84,7 @@ def test_a_round_closes_when_max_nodes_joined_with_ranks_by_infra_rank(server) -
         ranks = {i: (c.results[i].rank, c.results[i].world_size) for i in range(4)}
         assert ranks == {0: (3, 4), 1: (2, 4), 2: (1, 4), 3: (0, 4)}
         c.results[0].store.set("x", "round0")  # the round's store is scoped to the round
-        assert c.view.get("round/0/store/x") == b"round0"
+        assert c.view.store.get("round/0/store/x") == b"round0"
     finally:
         c.close()
 
@@ -99,14 +96,16 @@ def test_a_participant_gone_mid_rendezvous_does_not_block_or_join(server, how) -
     try:
         a = c.handler()
         if how == "left":
-            ghost(c.view, 0, "gone", beat=time.time() + 3600, left=True)
+            g = ghost(c.view, 0, "gone", beat=time.time() + 3600, left=True)
         else:
-            ghost(c.view, 0, "gone", beat=time.time() - 3600)
+            g = ghost(c.view, 0, "gone", beat=time.time() - 3600)
         b = c.handler()
         for t in [c.join(a), c.join(b)]:
             t.join(60)
-        result = get_str(c.view, Keys.result(0))
-        assert result is not None and "gone" not in result
+        result = c.view.read(Keys.result(0))
+        assert result is not None
+        ranks = json.loads(result)["ranks"]  # each slot's group rank, -1: not in the round
+        assert len(ranks) == 3 and ranks[g] == -1 and sorted(ranks) == [-1, 0, 1], ranks
         assert sorted(c.results[i].rank for i in (0, 1)) == [0, 1]
         assert {c.results[i].world_size for i in (0, 1)} == {2}
     finally:
@@ -130,7 +129,7 @@ def test_standby_waits_and_does_not_restart_the_active_group(server) -> None:  #
         ta.join(60)
         ts.join(60)
         assert (c.results[0].rank, c.results[2].rank) == (0, 1)
-        assert get_int(c.view, Keys.ROUND) == 1
+        assert c.view.read_int(Keys.ROUND) == 1
     finally:
         c.close()
 
@@ -143,14 +142,14 @@ def test_stale_writes_of_an_earlier_round_cannot_change_the_current_one(server) 
             t.join(60)
         for t in [c.join(a), c.join(b)]:  # both restart: round 1
             t.join(60)
-        r0, r1 = get_str(c.view, Keys.result(0)), get_str(c.view, Keys.result(1))
-        assert get_int(c.view, Keys.ROUND) == 1 and r0 and r1
+        r0, r1 = c.view.read(Keys.result(0)), c.view.read(Keys.result(1))
+        assert c.view.read_int(Keys.ROUND) == 1 and r0 and r1
         # a node still acting on round 0 (it was active there, then stalled)
         old._open(1)  # opening "the next round" from 0: round 1 is already open
         old._close(0, [])  # closing round 0 again: fenced (round is 1; result exists)
         old._close(1, [])  # closing round 1 again: the first result stays
-        assert get_int(c.view, Keys.ROUND) == 1
-        assert (get_str(c.view, Keys.result(0)), get_str(c.view, Keys.result(1))) == (r0, r1)
+        assert c.view.read_int(Keys.ROUND) == 1
+        assert (c.view.read(Keys.result(0)), c.view.read(Keys.result(1))) == (r0, r1)
     finally:
         c.close()
 
@@ -192,11 +191,30 @@ def test_a_node_arriving_while_the_job_runs_waits_as_a_spare(server) -> None:  #
         late = c.handler(infra_rank=2)  # the scheduler's replacement, after round 0 closed
         tl = c.join(late)
         assert a.num_nodes_waiting() == 0  # it does not make the active group restart
-        assert get_int(c.view, Keys.count(0)) == 2  # and it is not counted in round 0
+        assert c.view.add(Keys.count(0), 0) == 2  # and it is not counted in round 0
         b.leave_round()
         ta = c.join(a)
         ta.join(60)
         tl.join(60)
         assert (c.results[0].rank, c.results[2].rank, c.results[2].world_size) == (0, 1, 2)
+    finally:
+        c.close()
+
+
+def test_an_active_node_never_takes_the_jobs_success_as_its_own(server) -> None:  # type: ignore[no-untyped-def]
+    """A node that ran workers and comes back to the rendezvous (they failed) finds the
+    job closed as succeeded: its own outcome is not success (issue 26). A standby's is."""
+    c = Cluster(server, 1, 2)
+    try:
+        a, s = c.handler(infra_rank=0), c.handler(infra_rank=1)
+        ta, ts = c.join(a), c.join(s)
+        ta.join(60)
+        c.view.cas(Keys.CLOSED, "", "succeeded")  # closed elsewhere, signed
+        c.view.write(Keys.end(0), "1")
+        ts.join(60)
+        assert s.closed_reason == "succeeded"
+        with pytest.raises(RendezvousClosedError):
+            a.next_rendezvous()
+        assert a.closed_reason is not None and a.closed_reason != "succeeded"
     finally:
         c.close()

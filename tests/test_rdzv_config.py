@@ -153,3 +153,23 @@ def test_segment_id_bad_values_are_refused(tmp_path: Path) -> None:
         "rack-7",
         "RELAUNCH_SEGMENT_ID",
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("short\n", "the job secret must be at least 16 bytes"),
+        (None, "No such file or directory"),
+    ],
+)
+def test_bad_job_secret_file(tmp_path: Path, content: str | None, says: str) -> None:
+    path = tmp_path / "secret"
+    if content is not None:
+        path.write_text(content)
+    line = _usage_error(tmp_path, ["--nnodes", "2", "--ft-job-secret-file", str(path), *MULTI])
+    assert line.endswith(says) and f"--ft-job-secret-file {path}" in line, line
+
+
+def test_job_secret_from_the_environment_must_be_long_enough(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, ["--nnodes", "2", *MULTI], env={"RELAUNCH_JOB_SECRET": "x"})
+    assert "RELAUNCH_JOB_SECRET: the job secret must be at least 16 bytes" in line, line

@@ -76,16 +76,48 @@ def test_a_server_that_cannot_start_falls_back_to_worker_rank_zero_with_a_warnin
     warnings: list[str] = []
     host = WorkerStoreHost(shared=True, warn=warnings.append,
                            server_factory=cannot_connect_to_itself)  # fmt: skip
-    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "node0.example")
+    info = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1")
     assert host.shared is False and host.port is None  # workers are told: rank 0 hosts
-    assert 0 < info.master_port < 65536 and info.master_addr == "node0.example"
+    assert 0 < info.master_port < 65536 and info.master_addr == "127.0.0.1"
     assert warnings == [
-        "cannot host the workers' store at node0.example (failed to connect to node0.example:0 "
+        "cannot host the workers' store at 127.0.0.1 (failed to connect to node0.example:0 "
         "(timed out)); worker rank 0 hosts it this round"
     ]
+    # an address that is not this machine's cannot be bound: the same fallback
+    warnings.clear()
+    info = host.bootstrap(0, PrefixStore("round/0b/", rdzv_store), "node0.invalid")
+    assert host.shared is False and info.master_addr == "node0.invalid"
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "cannot host the workers' store at node0.invalid ("
+    )
     host._server_factory = TCPStore  # the next round tries again
     host.bootstrap(0, PrefixStore("round/1/", rdzv_store), "127.0.0.1")
     assert host.shared is True and host.port is not None
+
+
+def test_the_workers_store_listens_on_the_nodes_address_only(rdzv_store):
+    """Bound to the job's interface (issue 26): reachable on 127.0.0.1, refused on another
+    loopback address of the same machine (torch's own server listens on all of them)."""
+    host = WorkerStoreHost(shared=True)
+    port = host.bootstrap(0, PrefixStore("round/0/", rdzv_store), "127.0.0.1").master_port
+    _client(port).set("k", "v")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=10).close()
+    host.close()
+
+
+def test_a_name_that_resolves_to_loopback_only_here_binds_every_interface() -> None:
+    """Other nodes reach such a name (a Debian-style `127.0.1.1 node0` hosts line) on its
+    real address: binding loopback would lock them out. Written loopback binds loopback."""
+    from relaunch.launcher.rdzv_store import bound_listener
+
+    name = socket.gethostname()
+    here = socket.getaddrinfo(name, 0, type=socket.SOCK_STREAM)[0][4][0]
+    if not here.startswith("127."):
+        pytest.skip(f"this machine's name {name} resolves to {here}, not loopback")
+    with bound_listener(name, 0) as wide, bound_listener("127.0.0.1", 0) as narrow:
+        assert wide.getsockname()[0] == "0.0.0.0"
+        assert narrow.getsockname()[0] == "127.0.0.1"
 
 
 def test_disabled_by_torch_env_leaves_the_port_to_worker_rank_zero(rdzv_store, monkeypatch):
