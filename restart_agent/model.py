@@ -95,6 +95,9 @@ class Evidence:
     # how the rank was known: "prefix", "message", "launcher", "elastic_root_cause",
     # "elastic_exit", "silent_rank", "kernel", "mpirun" (None: no rank)
     rank_source: str | None = None
+    # for an exception no specific row names: how its domain was decided from the structure
+    # of the line and its traceback (restart_agent/structural.py); None for a specific row
+    structural: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
