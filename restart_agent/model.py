@@ -275,6 +275,8 @@ class PriorCycle:
     duration_s: float | None = None  # cycle duration the launcher reported
     ran_past_startup: bool = False  # the log showed the job ran past startup (no iteration)
     initial_hang: bool = False  # the launcher declared a hang before the first heartbeat
+    # every rank timed out in one collective (restart_agent/desync.py): `OP@SEQ/RANKS`
+    all_rank_timeout: str | None = None
 
     @classmethod
     def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
@@ -297,7 +299,12 @@ class PriorCycle:
             duration_s=_num(progress.get("duration_s")),
             ran_past_startup=bool(progress.get("ran_past_startup")),
             initial_hang=bool(progress.get("initial_hang")),
+            all_rank_timeout=_str((verdict.get("fan_out") or {}).get("all_rank_timeout")),
         )
+
+
+def _str(v: Any) -> str | None:
+    return v[:200] if isinstance(v, str) and v else None
 
 
 def _num(v: Any) -> float | None:

@@ -62,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from relaunch.restart_agent.blame import pick_primary
+from relaunch.restart_agent.desync import all_rank_timeout
 from relaunch.restart_agent.lines import is_user_frame
 from relaunch.restart_agent.model import (
     CycleEvidence,
@@ -76,6 +77,7 @@ from relaunch.restart_agent.model import (
 )
 from relaunch.restart_agent.stragglers import suspect as straggler_suspect
 from relaunch.restart_agent.stragglers import verdict_stragglers
+from relaunch.restart_agent.taxonomy import taxonomy
 
 ADVANCED, NONE, STARTUP, UNKNOWN = "advanced", "none", "startup", "unknown"
 NO_PROGRESS = (NONE, STARTUP)
@@ -123,6 +125,7 @@ class _Cycle:
     ran_past_startup: bool = False
     initial_hang: bool = False
     workload: bool = False  # its root is a workload bug (certain or probable)
+    desync: str | None = None  # every rank timed out in one collective (desync.py)
 
 
 def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
@@ -340,9 +343,11 @@ def decide(
             p.ran_past_startup,
             p.initial_hang,
             p.domain == "workload" and p.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
+            p.all_rank_timeout,
         )
         for p in prior
     ]
+    desync = all_rank_timeout(evidence) if primary is not None and primary.role != "root" else None
     cycles.append(
         _Cycle(
             cur_cycle,
@@ -359,6 +364,7 @@ def decide(
             and primary.role == "root"
             and primary.domain == "workload"
             and primary.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
+            desync,
         )
     )
     flagged = _flags(cycles, config.startup_window_s)
@@ -429,6 +435,7 @@ def decide(
             fr_culprit_ranks,
             notes,
             prog,
+            desync,
         )
 
     # ----------------------------------------------------------------- immediate STOPs
@@ -505,6 +512,37 @@ def decide(
             Rule.STOP_WORKLOAD_RECURRENCE,
             f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
         )
+    # both this cycle and the one before it failed before their first iteration, identically
+    startup_pair = (
+        len(cycles) >= 2
+        and flag == STARTUP
+        and flags[-2] == STARTUP
+        and _same(cycles[-2], cycles[-1])
+    )
+    if (
+        startup_pair
+        and role == "root"
+        and cls in taxonomy().startup_deterministic
+        and config.workload_recurrence_stop <= 1
+    ):
+        return verdict(
+            Decision.STOP,
+            Rule.STOP_STARTUP_RECURRENCE,
+            f"{cls} recurred identically on two consecutive cycles that both failed before their first iteration: it does not depend on the state a run reaches, so it recurs on every restart (after progress it would stay retryable).",
+        )
+    if (
+        desync is not None
+        and not ever_progress
+        and flag == STARTUP
+        and flags[-2:-1] == [STARTUP]
+        and cycles[-2].desync == desync
+        and not unhealthy
+    ):
+        return verdict(
+            Decision.STOP,
+            Rule.STOP_STARTUP_RECURRENCE,
+            f"Every rank timed out in the same collective ({desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen.",
+        )
     if (
         primary is not None
         and flag == NONE
@@ -576,6 +614,7 @@ def _build(
     fr: Sequence[int] | None,
     node_health: list[NodeHealthNote],
     progress: Progress,
+    desync: str | None = None,
 ) -> Verdict:
     lines: list[Evidence] = []
     if primary is not None:
@@ -601,6 +640,7 @@ def _build(
         "nodes": list(evidence.nodes),
         "primary_reason": reason,
         "rank_source": primary.rank_source if primary else None,
+        "all_rank_timeout": desync,
     }
     facts = evidence.launcher
     if facts is not None:

@@ -92,7 +92,9 @@ def structural() -> Structural:
     if not isinstance(errnos, dict) or not all(
         isinstance(k, str) and type(v) is int for k, v in errnos.items()
     ):
-        raise RegistryError(f"{TAXONOMY_FILE}: structural.errno_infrastructure maps names to numbers")
+        raise RegistryError(
+            f"{TAXONOMY_FILE}: structural.errno_infrastructure maps names to numbers"
+        )
     return Structural(
         frozenset(rows),
         dict(weights),
