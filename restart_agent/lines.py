@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from relaunch.restart_agent.elastic import MESSAGE as ELASTIC_MESSAGE
 from relaunch.restart_agent.elastic import ElasticReader
 from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.facts import FactCollector
@@ -374,6 +375,9 @@ class LineInterpreter:
         block = None
         if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
+            jm = ELASTIC_MESSAGE.match(body)
+            if jm:  # torch 1.9's summary: the entry's error, JSON-escaped
+                body = jm.group("text").replace('\\"', '"').replace("\\n", " ")[:MAX_TEXT]
         if body.startswith(_TRACEBACK):
             self._tb[key] = started(lineno, body[:MAX_TEXT])
             return

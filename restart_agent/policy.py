@@ -107,6 +107,8 @@ RANK_SOURCES = {
     "mpirun": "Open MPI's mpirun/prterun summary of the process that failed",
     "mpich": "MPICH's mpiexec (hydra/mpd) report of the process that failed",
     "spawn": "torch.multiprocessing.spawn's process index (local rank, single node)",
+    "deepspeed": "DeepSpeed's launcher: the --local_rank of the worker it saw exit (single node)",
+    "ray_train": "Ray Train's error snippet of the worker that failed (`[Rank N Error Snippet]`)",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)
