@@ -147,6 +147,10 @@ class Progress:
     ran_past_startup: bool = False
     # the launcher declared a hang before the rank's first heartbeat (`hang.initial`)
     initial_hang: bool = False
+    # the span of the log's own timestamps (restart_agent/timestamps.py), seconds
+    log_span_s: float | None = None
+    # where `duration_s` came from: "launcher" (its cycle_end fact) or "log_timestamps"
+    duration_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -273,6 +273,11 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
     """The cycle's progress with the launcher's facts folded in (iterations, duration)."""
     prog = evidence.progress
     facts = evidence.launcher
+    if facts is None or facts.duration_s is None:
+        # no duration from the launcher: the span of the log's own timestamps
+        span = prog.log_span_s
+        if span is not None:
+            prog = replace(prog, duration_s=span, duration_source="log_timestamps")
     if facts is None:
         return replace(prog, source="dialect") if prog.known else prog
     source = "dialect" if prog.known else None
@@ -293,7 +298,8 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
         first_iteration=first,
         source=source,
         no_iteration=no_iteration,
-        duration_s=facts.duration_s,
+        duration_s=facts.duration_s if facts.duration_s is not None else prog.duration_s,
+        duration_source="launcher" if facts.duration_s is not None else prog.duration_source,
         initial_hang=initial_hang,
     )
 
@@ -473,6 +479,22 @@ def decide(
             Rule.RESTART_PROGRESS,
             "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
         )
+    # an all-rank timeout in one collective, twice in a row, in a job that never progressed
+    # (a collective timeout takes its timeout to come, so the cycle may be a long one; a
+    # log that shows the job ran past startup is no desync at startup)
+    if (
+        desync is not None
+        and len(cycles) >= 2
+        and cycles[-2].desync == desync
+        and not ever_progress
+        and not any(c.ran_past_startup for c in cycles)
+        and not unhealthy
+    ):
+        return verdict(
+            Decision.STOP,
+            Rule.STOP_STARTUP_RECURRENCE,
+            f"Every rank timed out in the same collective ({desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen.",
+        )
     run = counts["identical_cycles_progress_unknown"]
     if flag == UNKNOWN and prior and run >= config.job_no_progress_ceiling:
         return verdict(
@@ -481,8 +503,13 @@ def decide(
             f"Workload bug {cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {progress_basis}; stop at {config.job_no_progress_ceiling}, job_no_progress_ceiling).",
         )
     if flag == UNKNOWN and prior:
+        said_by = (
+            "the span of the log's own timestamps"
+            if prog.duration_source == "log_timestamps"
+            else "the launcher"
+        )
         why = (
-            f"the launcher says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
+            f"{said_by} says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
             if progress_basis == "long_silent_cycle"
             else "the log shows the job ran past startup (a collective sequence number) but has no progress report"
             if progress_basis == "ran_past_startup"
@@ -531,19 +558,6 @@ def decide(
             Decision.STOP,
             Rule.STOP_STARTUP_RECURRENCE,
             f"{cls} recurred identically on two consecutive cycles that both failed before their first iteration: it does not depend on the state a run reaches, so it recurs on every restart (after progress it would stay retryable).",
-        )
-    if (
-        desync is not None
-        and not ever_progress
-        and flag == STARTUP
-        and flags[-2:-1] == [STARTUP]
-        and cycles[-2].desync == desync
-        and not unhealthy
-    ):
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_STARTUP_RECURRENCE,
-            f"Every rank timed out in the same collective ({desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen.",
         )
     if (
         primary is not None

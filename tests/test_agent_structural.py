@@ -188,3 +188,34 @@ def test_all_rank_timeout_with_an_unhealthy_node_restarts() -> None:
     sick = NodeHealthNote(node="n1", healthy=False, reason="nvlink down", ran_this_cycle=True)
     v = decide(scan_text(log), history, node_health=[sick])
     assert v.decision == "RESTART", v.basis
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("[2024-05-01 10:00:03,000] a\n[2024-05-01 10:02:03,500] b\n", 120.0),  # elastic/logging
+        ("2024-06-01T10:00:04.123Z a\n2024-06-01T11:00:04.123Z b\n", 3600.0),  # ISO / k8s
+        ("slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-12-02T10:00:01 ***\n", None),
+        (
+            "[E1203 10:00:00.000000 12 ProcessGroupNCCL.cpp:616] a\n"
+            "[E1203 10:10:00.000000 12 ProcessGroupNCCL.cpp:616] b\n",
+            600.0,
+        ),  # glog: NCCL's watchdog, torch's C++ logs
+        ("I1231 23:59:00.000 1 f.cc:1] a\nI0101 00:01:00.000 1 f.cc:1] b\n", None),  # new year
+        ("no timestamps here\n", None),
+    ],
+)
+def test_cycle_duration_from_the_logs_own_timestamps(text: str, span: float | None) -> None:
+    assert scan_text(text).progress.log_span_s == span
+
+
+def test_log_span_separates_a_startup_failure_from_a_long_silent_cycle() -> None:
+    root = "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    short = "[2024-05-01 10:00:03,000] start\n" + root + "[2024-05-01 10:00:40,000] end\n"
+    long = "[2024-05-01 10:00:03,000] start\n" + root + "[2024-05-01 12:00:00,000] end\n"
+    _, after_short = run_job([ITER + root, short])
+    assert after_short.history["progress_basis"] == "startup_window"
+    assert after_short.progress.duration_source == "log_timestamps"
+    _, after_long = run_job([ITER + root, long])
+    assert after_long.history["progress_basis"] == "long_silent_cycle", after_long.basis
+    assert "timestamps" in after_long.basis
