@@ -107,6 +107,20 @@ def structural() -> Structural:
     )
 
 
+MAX_WORD_HITS = 2  # distinct words counted per side (more say nothing new)
+
+
+def _distinct(rx: re.Pattern[str], text: str) -> list[str]:
+    """The first MAX_WORD_HITS distinct words (case and a plural s ignored) `rx` finds."""
+    out: dict[str, str] = {}
+    for m in rx.finditer(text):
+        key = m.group(0).lower().rstrip("s")
+        out.setdefault(key, m.group(0))
+        if len(out) >= MAX_WORD_HITS:
+            break
+    return list(out.values())
+
+
 def lean(body: str, frames: list[str], user_frame: str | None) -> Lean:
     """Domain and recoverability of the exception line `body` (without its rank prefix)
     given its traceback's frame texts (`File "...", line N, in f`, outermost first)."""
@@ -137,19 +151,19 @@ def lean(body: str, frames: list[str], user_frame: str | None) -> Lean:
         score_i += w["errno"]
         infra.append("errno " + "/".join(sorted(names)))
     words_text = _CAMEL.sub(" ", etype) + " " + body[len(tm.group(0)) if tm else 0 :]
-    im = s.infra_words.search(words_text)
-    if im:
-        score_i += w["infrastructure_words"]
-        infra.append(f"infrastructure word {im.group(0)!r}")
+    hits = _distinct(s.infra_words, words_text)
+    if hits:
+        score_i += w["infrastructure_words"] * len(hits)
+        infra.append("infrastructure word(s) " + ", ".join(map(repr, hits)))
     fns = [m.group("fn") or "" for m in parsed]
     setup = next((f for f in fns if s.runtime_setup.match(f)), None)
     if setup:
         score_i += w["runtime_setup"]
         infra.append(f"raised while setting up the runtime ({setup})")
-    wm = s.workload_words.search(_ERRNO_TEXT.sub(" ", body))
-    if wm:
-        score_w += w["workload_words"]
-        work.append(f"workload word {wm.group(0)!r}")
+    hits = _distinct(s.workload_words, _ERRNO_TEXT.sub(" ", body))
+    if hits:
+        score_w += w["workload_words"] * len(hits)
+        work.append("workload word(s) " + ", ".join(map(repr, hits)))
     said = "; ".join(infra + work + notes) or "no structural evidence either way"
     if score_i > 0 and score_i >= score_w:
         tie = score_i == score_w

@@ -97,7 +97,7 @@ def test_workload_leaning_exception_stops_at_the_second_startup_cycle(name: str)
 
 def test_structural_rows_ties_and_reasons() -> None:
     # balanced evidence leans RESTART: an infrastructure word against one workload word
-    got = lean("RuntimeError: device lost while expected", [], None)
+    got = lean("RuntimeError: the device is gone while expected", [], None)
     assert got.domain == "infrastructure" and "balanced" in got.basis
     # nothing either way: unknown
     got = lean("RuntimeError: odd", [], None)
