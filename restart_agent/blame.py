@@ -297,6 +297,10 @@ def _pick(
     is_root = primary is not None and primary.role == "root"
     if primary is not None and is_root:
         winner = _infra_winner(primary, evidence)
+        if winner is not None and own is primary and winner.rank not in (None, own.rank):
+            # torch elastic says which rank failed first and with what: another rank's
+            # infrastructure error (a peer's NCCL error after it died) does not explain it
+            winner = None
         if winner is not None:
             primary = winner
             reason = "infrastructure root in the same cycle wins over a probable workload bug"

@@ -87,3 +87,16 @@ def test_an_assertion_in_the_root_cause_entry_is_not_infrastructure() -> None:
     first = run_job([NEW_TB])[0]
     assert first.primary is not None and first.primary.domain == "workload"
     assert first.fan_out["primary_reason"].startswith("the error in torch elastic's Root Cause")
+
+
+def test_a_peers_nccl_error_does_not_outrank_the_entrys_own_assertion() -> None:
+    # rank 5's NCCL error came after rank 3 raised (its peer died); the Root Cause entry
+    # says rank 3 raised AssertionError first: a workload root on rank 3, not infrastructure
+    peer = (
+        "[rank5]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+    )
+    first, again = run_job([peer + NEW_TB] * 2)
+    assert first.primary is not None
+    assert (first.primary.failure_class, first.primary.rank) == ("python_assertion_error", 3)
+    assert (first.decision, again.decision) == ("RESTART", "STOP")
