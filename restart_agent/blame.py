@@ -127,15 +127,16 @@ def _root_cause_error(evidence: CycleEvidence) -> Evidence | None:
     """The error torch elastic's `Root Cause (first observed failure)` entry holds (its
     `traceback :` field, or torch 1.9's `"message": "..."`), with the entry's rank: the root
     error a few lines below the entry's `exitcode` line, before any other entry."""
-    exits = sorted(evidence.exits, key=lambda x: x.line)
-    for i, x in enumerate(exits):
-        if x.source != "elastic_root_cause" or not x.exitcode or x.rank is None:
-            continue
-        end = exits[i + 1].line if i + 1 < len(exits) else x.line + ROOT_CAUSE_LINES + 1
-        end = min(end, x.line + ROOT_CAUSE_LINES + 1)
-        for e in evidence.roots:
-            if x.line < e.line < end and e.rank in (None, x.rank):
-                return e if e.rank is not None else _with_rank(e, x.rank, "elastic_root_cause")
+    # the first Root Cause entry only (torch prints one per summary): bounded work
+    x = next((x for x in evidence.exits if x.source == "elastic_root_cause" and x.exitcode), None)
+    if x is None or x.rank is None:
+        return None
+    end = x.line + ROOT_CAUSE_LINES + 1
+    later = [y.line for y in evidence.exits if x.line < y.line < end]
+    end = min([end, *later])
+    for e in evidence.roots:  # in log order, bounded (MAX_ROOTS)
+        if x.line < e.line < end and e.rank in (None, x.rank):
+            return e if e.rank is not None else _with_rank(e, x.rank, "elastic_root_cause")
     return None
 
 
