@@ -49,10 +49,10 @@ REASONED_ENDS = ("preemption", "node_failure", "time_limit")
 SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
 # rank sources of a line that names the process that FAILED (not the rank that reported a
 # cascade): a cascade from such a line keeps its source and names that rank
-FAILED_PROCESS_SOURCES = ("mpirun", "mpich", "spawn")
+FAILED_PROCESS_SOURCES = ("mpirun", "mpich", "spawn", "deepspeed", "ray_train")
 # rank sources that hold a LOCAL rank (torch.multiprocessing.spawn's process index): the
 # global rank only on a single node, dropped elsewhere
-LOCAL_RANK_SOURCES = ("spawn",)
+LOCAL_RANK_SOURCES = ("spawn", "deepspeed")
 
 
 def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:
@@ -118,6 +118,26 @@ def _first_root_on(evidence: CycleEvidence, rank: int) -> Evidence | None:
     before = [e for e in on if _before_teardown(e, evidence)]
     found = before or on
     return found[0] if found else None
+
+
+ROOT_CAUSE_LINES = 60  # an entry's own error is at most this many lines below its exitcode
+
+
+def _root_cause_error(evidence: CycleEvidence) -> Evidence | None:
+    """The error torch elastic's `Root Cause (first observed failure)` entry holds (its
+    `traceback :` field, or torch 1.9's `"message": "..."`), with the entry's rank: the root
+    error a few lines below the entry's `exitcode` line, before any other entry."""
+    # the first Root Cause entry only (torch prints one per summary): bounded work
+    x = next((x for x in evidence.exits if x.source == "elastic_root_cause" and x.exitcode), None)
+    if x is None or x.rank is None:
+        return None
+    end = x.line + ROOT_CAUSE_LINES + 1
+    later = [y.line for y in evidence.exits if x.line < y.line < end]
+    end = min([end, *later])
+    for e in evidence.roots:  # in log order, bounded (MAX_ROOTS)
+        if x.line < e.line < end and e.rank in (None, x.rank):
+            return e if e.rank is not None else _with_rank(e, x.rank, "elastic_root_cause")
+    return None
 
 
 def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
@@ -272,9 +292,16 @@ def _pick(
             return primary, reason
     else:
         primary, reason = evidence.primary, evidence.primary_reason
+    own = _root_cause_error(evidence)
+    if own is not None and not fr_culprit_ranks:
+        primary, reason = own, "the error in torch elastic's Root Cause entry, on the rank it names"
     is_root = primary is not None and primary.role == "root"
     if primary is not None and is_root:
         winner = _infra_winner(primary, evidence)
+        if winner is not None and own is primary and winner.rank not in (None, own.rank):
+            # torch elastic says which rank failed first and with what: another rank's
+            # infrastructure error (a peer's NCCL error after it died) does not explain it
+            winner = None
         if winner is not None:
             primary = winner
             reason = "infrastructure root in the same cycle wins over a probable workload bug"

@@ -32,10 +32,16 @@ from relaunch.restart_agent.facts import signal_name
 from relaunch.restart_agent.model import ProcessExit
 from relaunch.restart_agent.prefixes import bounded_int
 
-_ROOT_CAUSE = re.compile(r"^Root Cause \(first observed failure\)")
-_RANK = re.compile(r"^rank\s*: (\d{1,8}) \(local_rank: (\d{1,8})\)")
-_HOST = re.compile(r"^host\s*: (\S{1,200})")
-_EXITCODE = re.compile(r"^exitcode\s*: (-?\d{1,4}) \(pid: (\d{1,10})\)")
+# Each field may follow a lead (a timestamp, a logger's or a worker pool's tag) and the
+# older layout (torch 1.9: `Root Cause:`, `rank: 1 (local_rank: 1)`, `exitcode: 1 (pid: P)`)
+# spells the fields without the padding.
+_LEAD = r"(?:^|[\s:\]\)|])"
+_ROOT_CAUSE = re.compile(_LEAD + r"Root Cause(?: \(first observed failure\))?:")
+_RANK = re.compile(_LEAD + r"rank\s*:\s*(\d{1,8})\s*\(local_rank:\s*(\d{1,8})\)")
+_HOST = re.compile(_LEAD + r"host\s*:\s*(\S{1,200})\s*$")
+_EXITCODE = re.compile(_LEAD + r"exitcode\s*:\s*(-?\d{1,4})\s*\(pid:\s*(\d{1,10})\)")
+# torch 1.9's `msg:` field holds the worker's error file as JSON: `"message": "Err: text"`
+MESSAGE = re.compile(r'^"message":\s*"(?P<text>(?:[^"\\]|\\.){1,4000})",?\s*$')
 _FAILED = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,8}) \(pid: (\d{1,10})\)")
 MAX_EXITS = 100_000
 
@@ -54,26 +60,30 @@ class ElasticReader:
         self._root_next = False  # the next entry is the Root Cause entry
         self._rank: tuple[int, int, bool] | None = None  # (rank, local_rank, is_root)
         self._host: str | None = None
+        self._entry: tuple[int, str] | None = None  # (rank, source) of the last entry read
 
     def line(self, body: str, lineno: int) -> tuple[int, str] | None:
-        if _ROOT_CAUSE.match(body):
+        if MESSAGE.match(body):
+            return self._entry  # the error of the entry whose exit was read last
+        if _ROOT_CAUSE.search(body):
             self._root_next = True
             self._rank = None
             return None
-        m = _RANK.match(body)
+        m = _RANK.search(body)
         if m:
             rank, local = bounded_int(m.group(1)), bounded_int(m.group(2))
             if rank is not None and local is not None:
                 self._rank = (rank, local, self._root_next)
                 self._root_next = False
             return None
-        m = _HOST.match(body)
+        m = _HOST.search(body)
         if m:
             self._host = m.group(1)
             return None
-        m = _EXITCODE.match(body)
+        m = _EXITCODE.search(body)
         if m:
             entry, self._rank = self._rank, None
+            self._entry = None
             if entry is None:
                 return None
             rank, local, root = entry
@@ -91,7 +101,8 @@ class ElasticReader:
                     first=root,
                 )
             )
-            return rank, ("elastic_root_cause" if root else "elastic_failure")
+            self._entry = (rank, "elastic_root_cause" if root else "elastic_failure")
+            return self._entry
         m = _FAILED.search(body)
         if m:
             code = _code(m.group(1))

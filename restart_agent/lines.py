@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from relaunch.restart_agent.elastic import MESSAGE as ELASTIC_MESSAGE
 from relaunch.restart_agent.elastic import ElasticReader
 from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.facts import FactCollector
@@ -51,6 +52,7 @@ from relaunch.restart_agent.outcomes import TRACEBACK as _TRACEBACK
 from relaunch.restart_agent.prefixes import bounded_int, split_prefix
 from relaunch.restart_agent.registry import PatternRow, Registry
 from relaunch.restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
+from relaunch.restart_agent.structural import lean, structural
 from relaunch.restart_agent.taxonomy import taxonomy
 
 MAX_ROOTS = 4096  # first root per (rank, fingerprint), bounded
@@ -373,6 +375,9 @@ class LineInterpreter:
         block = None
         if _ELASTIC.search(body):
             block = self.elastic.line(body, lineno)
+            jm = ELASTIC_MESSAGE.match(body)
+            if jm:  # torch 1.9's summary: the entry's error, JSON-escaped
+                body = jm.group("text").replace('\\"', '"').replace("\\n", " ")[:MAX_TEXT]
         if body.startswith(_TRACEBACK):
             self._tb[key] = started(lineno, body[:MAX_TEXT])
             return
@@ -457,13 +462,20 @@ class LineInterpreter:
         context: list[dict[str, object]] = []
         user_frame = None
         recoverability = row.recoverability
+        domain = row.domain
+        texts: tuple[str, ...] = ()
         if trace is not None:
             frames = trace.frames()
             facts = _facts(tuple([t for _, t in frames]))
+            texts = facts.texts
             context = [{"line": f[0], "text": t} for f, t in zip(frames, facts.texts, strict=True)]
             if taxonomy().validates_config(row.id, facts.functions):
                 recoverability = "config"
             user_frame = facts.user_frame
+        basis = None
+        if recoverability != "config" and row.id in structural().rows:
+            got = lean(body, list(texts), user_frame)
+            domain, recoverability, basis = got.domain, got.recoverability, got.basis
         hint = groups.get("entity")
         entity = hint.strip() if hint else None
         if entity is None:
@@ -479,7 +491,7 @@ class LineInterpreter:
             rank=rank,
             pattern_id=row.id,
             failure_class=row.failure_class,
-            domain=row.domain,  # type: ignore[arg-type]
+            domain=domain,  # type: ignore[arg-type]
             role=row.role,  # type: ignore[arg-type]
             recoverability=recoverability,
             text=body[:MAX_TEXT],
@@ -489,6 +501,7 @@ class LineInterpreter:
             context=context,
             user_frame=user_frame,
             rank_source=source,
+            structural=basis,
         )
 
     def _count(

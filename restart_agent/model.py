@@ -95,6 +95,9 @@ class Evidence:
     # how the rank was known: "prefix", "message", "launcher", "elastic_root_cause",
     # "elastic_exit", "silent_rank", "kernel", "mpirun" (None: no rank)
     rank_source: str | None = None
+    # for an exception no specific row names: how its domain was decided from the structure
+    # of the line and its traceback (restart_agent/structural.py); None for a specific row
+    structural: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +147,10 @@ class Progress:
     ran_past_startup: bool = False
     # the launcher declared a hang before the rank's first heartbeat (`hang.initial`)
     initial_hang: bool = False
+    # the span of the log's own timestamps (restart_agent/timestamps.py), seconds
+    log_span_s: float | None = None
+    # where `duration_s` came from: "launcher" (its cycle_end fact) or "log_timestamps"
+    duration_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -272,6 +279,8 @@ class PriorCycle:
     duration_s: float | None = None  # cycle duration the launcher reported
     ran_past_startup: bool = False  # the log showed the job ran past startup (no iteration)
     initial_hang: bool = False  # the launcher declared a hang before the first heartbeat
+    # every rank timed out in one collective (restart_agent/desync.py): `OP@SEQ/RANKS`
+    all_rank_timeout: str | None = None
 
     @classmethod
     def from_verdict(cls, cycle: int, verdict: dict[str, Any]) -> PriorCycle:
@@ -294,7 +303,12 @@ class PriorCycle:
             duration_s=_num(progress.get("duration_s")),
             ran_past_startup=bool(progress.get("ran_past_startup")),
             initial_hang=bool(progress.get("initial_hang")),
+            all_rank_timeout=_str((verdict.get("fan_out") or {}).get("all_rank_timeout")),
         )
+
+
+def _str(v: Any) -> str | None:
+    return v[:200] if isinstance(v, str) and v else None
 
 
 def _num(v: Any) -> float | None:

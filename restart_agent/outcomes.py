@@ -51,7 +51,8 @@ except ImportError:  # pragma: no cover - older Pythons name it sre_parse
 MAX_CACHE = 1 << 14  # distinct masked lines remembered (then the cache starts afresh)
 MAX_KEY = 1024  # longer lines are left to line()
 TRACEBACK = "Traceback (most recent call last):"
-ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause")  # lines handed to restart_agent.elastic
+# lines handed to restart_agent.elastic (and a 1.9 summary's `"message": "..."` field)
+ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause", "(local_rank:", '"message": "')
 ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
 # a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
 MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")

@@ -62,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from relaunch.restart_agent.blame import pick_primary
+from relaunch.restart_agent.desync import all_rank_timeout
 from relaunch.restart_agent.lines import is_user_frame
 from relaunch.restart_agent.model import (
     CycleEvidence,
@@ -76,6 +77,7 @@ from relaunch.restart_agent.model import (
 )
 from relaunch.restart_agent.stragglers import suspect as straggler_suspect
 from relaunch.restart_agent.stragglers import verdict_stragglers
+from relaunch.restart_agent.taxonomy import taxonomy
 
 ADVANCED, NONE, STARTUP, UNKNOWN = "advanced", "none", "startup", "unknown"
 NO_PROGRESS = (NONE, STARTUP)
@@ -105,6 +107,8 @@ RANK_SOURCES = {
     "mpirun": "Open MPI's mpirun/prterun summary of the process that failed",
     "mpich": "MPICH's mpiexec (hydra/mpd) report of the process that failed",
     "spawn": "torch.multiprocessing.spawn's process index (local rank, single node)",
+    "deepspeed": "DeepSpeed's launcher: the --local_rank of the worker it saw exit (single node)",
+    "ray_train": "Ray Train's error snippet of the worker that failed (`[Rank N Error Snippet]`)",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)
@@ -123,6 +127,7 @@ class _Cycle:
     ran_past_startup: bool = False
     initial_hang: bool = False
     workload: bool = False  # its root is a workload bug (certain or probable)
+    desync: str | None = None  # every rank timed out in one collective (desync.py)
 
 
 def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
@@ -268,6 +273,11 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
     """The cycle's progress with the launcher's facts folded in (iterations, duration)."""
     prog = evidence.progress
     facts = evidence.launcher
+    if facts is None or facts.duration_s is None:
+        # no duration from the launcher: the span of the log's own timestamps
+        span = prog.log_span_s
+        if span is not None:
+            prog = replace(prog, duration_s=span, duration_source="log_timestamps")
     if facts is None:
         return replace(prog, source="dialect") if prog.known else prog
     source = "dialect" if prog.known else None
@@ -288,7 +298,8 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
         first_iteration=first,
         source=source,
         no_iteration=no_iteration,
-        duration_s=facts.duration_s,
+        duration_s=facts.duration_s if facts.duration_s is not None else prog.duration_s,
+        duration_source="launcher" if facts.duration_s is not None else prog.duration_source,
         initial_hang=initial_hang,
     )
 
@@ -340,9 +351,11 @@ def decide(
             p.ran_past_startup,
             p.initial_hang,
             p.domain == "workload" and p.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
+            p.all_rank_timeout,
         )
         for p in prior
     ]
+    desync = all_rank_timeout(evidence) if primary is not None and primary.role != "root" else None
     cycles.append(
         _Cycle(
             cur_cycle,
@@ -359,6 +372,7 @@ def decide(
             and primary.role == "root"
             and primary.domain == "workload"
             and primary.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
+            desync,
         )
     )
     flagged = _flags(cycles, config.startup_window_s)
@@ -429,6 +443,7 @@ def decide(
             fr_culprit_ranks,
             notes,
             prog,
+            desync,
         )
 
     # ----------------------------------------------------------------- immediate STOPs
@@ -464,6 +479,22 @@ def decide(
             Rule.RESTART_PROGRESS,
             "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
         )
+    # an all-rank timeout in one collective, twice in a row, in a job that never progressed
+    # (a collective timeout takes its timeout to come, so the cycle may be a long one; a
+    # log that shows the job ran past startup is no desync at startup)
+    if (
+        desync is not None
+        and len(cycles) >= 2
+        and cycles[-2].desync == desync
+        and not ever_progress
+        and not any(c.ran_past_startup for c in cycles)
+        and not unhealthy
+    ):
+        return verdict(
+            Decision.STOP,
+            Rule.STOP_STARTUP_RECURRENCE,
+            f"Every rank timed out in the same collective ({desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen.",
+        )
     run = counts["identical_cycles_progress_unknown"]
     if flag == UNKNOWN and prior and run >= config.job_no_progress_ceiling:
         return verdict(
@@ -472,8 +503,13 @@ def decide(
             f"Workload bug {cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {progress_basis}; stop at {config.job_no_progress_ceiling}, job_no_progress_ceiling).",
         )
     if flag == UNKNOWN and prior:
+        said_by = (
+            "the span of the log's own timestamps"
+            if prog.duration_source == "log_timestamps"
+            else "the launcher"
+        )
         why = (
-            f"the launcher says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
+            f"{said_by} says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
             if progress_basis == "long_silent_cycle"
             else "the log shows the job ran past startup (a collective sequence number) but has no progress report"
             if progress_basis == "ran_past_startup"
@@ -504,6 +540,24 @@ def decide(
             Decision.STOP,
             Rule.STOP_WORKLOAD_RECURRENCE,
             f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
+        )
+    # both this cycle and the one before it failed before their first iteration, identically
+    startup_pair = (
+        len(cycles) >= 2
+        and flag == STARTUP
+        and flags[-2] == STARTUP
+        and _same(cycles[-2], cycles[-1])
+    )
+    if (
+        startup_pair
+        and role == "root"
+        and cls in taxonomy().startup_deterministic
+        and config.workload_recurrence_stop <= 1
+    ):
+        return verdict(
+            Decision.STOP,
+            Rule.STOP_STARTUP_RECURRENCE,
+            f"{cls} recurred identically on two consecutive cycles that both failed before their first iteration: it does not depend on the state a run reaches, so it recurs on every restart (after progress it would stay retryable).",
         )
     if (
         primary is not None
@@ -576,6 +630,7 @@ def _build(
     fr: Sequence[int] | None,
     node_health: list[NodeHealthNote],
     progress: Progress,
+    desync: str | None = None,
 ) -> Verdict:
     lines: list[Evidence] = []
     if primary is not None:
@@ -601,6 +656,7 @@ def _build(
         "nodes": list(evidence.nodes),
         "primary_reason": reason,
         "rank_source": primary.rank_source if primary else None,
+        "all_rank_timeout": desync,
     }
     facts = evidence.launcher
     if facts is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import Literal
 
 from relaunch.restart_agent.blocks import Blocks, frames_refused
@@ -40,6 +41,7 @@ from relaunch.restart_agent.multiscan import literal_scan, native_available
 from relaunch.restart_agent.progress import ProgressTracker
 from relaunch.restart_agent.ranks import RankCollector
 from relaunch.restart_agent.registry import Registry, default_registry
+from relaunch.restart_agent.timestamps import KEEP, span_s
 
 HEAD = 32 * 1024  # bytes kept from the start of an over-long line
 TAIL = 32 * 1024  # bytes kept from its end
@@ -98,6 +100,8 @@ class LogScanner:
         self._finished: CycleEvidence | None = None
         self._frames_seen = False  # _candidates(): the region holds a frame line
         self._present: set[bytes] | None = None  # _candidates(): the progress anchors it holds
+        self._ts_head = bytearray()  # first KEEP bytes of the log (timestamps.span_s)
+        self._ts_tail = bytearray()  # its last KEEP bytes (and up to KEEP more)
 
     # ------------------------------------------------------------------ streaming
     def feed(self, chunk: bytes) -> None:
@@ -182,6 +186,14 @@ class LogScanner:
     def _process(self, region: bytes) -> None:
         """`region` starts with the newline before its first line and ends with a newline."""
         base = self._lines
+        # the log's first and last bytes, for its timestamps' span (each region repeats the
+        # newline before it: without it they are the log's bytes whatever the chunking)
+        if len(self._ts_head) < KEEP:
+            self._ts_head += region[1 : 1 + KEEP - len(self._ts_head)]
+        tail = self._ts_tail
+        tail += region[max(1, len(region) - KEEP) :]
+        if len(tail) > 2 * KEEP:  # amortised: trimmed once per KEEP bytes
+            del tail[:-KEEP]
         self._ranks.region(region)
         starts, frames = self._candidates(region)
         if frames or starts:
@@ -346,7 +358,10 @@ class LogScanner:
             roots=list(it.roots),
             cascades=it.cascades(),
             diagnostics=list(it.diagnostics),
-            progress=self._progress.result(),
+            progress=replace(
+                self._progress.result(),
+                log_span_s=span_s(bytes(self._ts_head), bytes(self._ts_tail[-KEEP:])),
+            ),
             ranks_seen=sorted(self._ranks.ranks),
             failed_ranks=sorted(it.failed_ranks),
             nodes=sorted(it.nodes),

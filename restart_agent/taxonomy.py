@@ -27,6 +27,11 @@ class Taxonomy:
     straggler_suspects: frozenset[str] = frozenset()
     # deaths that are usually a consequence of another rank's failure (see taxonomy.yaml)
     follow_on_signals: frozenset[str] = frozenset()
+    # restart_agent/desync.py: timeout classes of an all-rank timeout, and fault cascades
+    desync_timeouts: frozenset[str] = frozenset()
+    desync_faults: frozenset[str] = frozenset()
+    # retryable classes that STOP when identical on two consecutive startup cycles
+    startup_deterministic: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -70,6 +75,17 @@ def taxonomy() -> Taxonomy:
     follow_on = data.get("follow_on_signals") or []
     if not isinstance(follow_on, list) or not all(isinstance(c, str) for c in follow_on):
         raise RegistryError(f"{TAXONOMY_FILE}: follow_on_signals must be a list of signal names")
+    desync = data.get("desync") or {}
+    if not isinstance(desync, dict):
+        raise RegistryError(f"{TAXONOMY_FILE}: desync must be a mapping")
+    lists = {
+        "desync.timeouts": desync.get("timeouts") or [],
+        "desync.faults": desync.get("faults") or [],
+        "startup_deterministic": data.get("startup_deterministic") or [],
+    }
+    for name, value in lists.items():
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise RegistryError(f"{TAXONOMY_FILE}: {name} must be a list of classes")
     return Taxonomy(
         dict(signals),
         exit_code,
@@ -78,4 +94,7 @@ def taxonomy() -> Taxonomy:
         rx,
         frozenset(suspects),
         frozenset(follow_on),
+        frozenset(lists["desync.timeouts"]),
+        frozenset(lists["desync.faults"]),
+        frozenset(lists["startup_deterministic"]),
     )

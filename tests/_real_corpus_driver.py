@@ -84,6 +84,7 @@ def report(corpora: list[str]) -> int:
 def report_corpus(corpus: str) -> None:
     cases = load_cases(corpus)
     first_ok = again_ok = rank_ok = rank_total = 0
+    infra = false_stops = 0  # infrastructure cases / those STOPped (not by the scheduler)
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             argvs = case_argvs(case, Path(tmp), job_id(corpus, case))
@@ -92,6 +93,12 @@ def report_corpus(corpus: str) -> None:
             ok1 = v1["decision"] == case["expected_recurrence"]
             p0 = v0.get("primary") or {}
             rank = p0.get("rank")
+            if case["domain"] == "infrastructure":
+                infra += 1
+                false_stops += any(
+                    v["decision"] == "STOP" and v["rule"] != "stop.scheduler_terminated"
+                    for v in (v0, v1)
+                )
             first_ok += ok0
             again_ok += ok1
             if case["rank"] is not None:
@@ -108,7 +115,8 @@ def report_corpus(corpus: str) -> None:
     n = len(cases)
     print(
         f"\n{corpus}: cases {n}: first sight right {first_ok}/{n}, "
-        f"recurrence right {again_ok}/{n}, rank named right {rank_ok}/{rank_total}"
+        f"recurrence right {again_ok}/{n}, rank named right {rank_ok}/{rank_total}, "
+        f"false STOP {false_stops} of {infra} infrastructure"
     )
 
 

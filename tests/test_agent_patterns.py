@@ -129,10 +129,17 @@ def test_specific_rows_win_over_generic_ones() -> None:
     assert ev.primary.failure_class == "cuda_illegal_memory_access"
     ev = scan_text("ValueError: Invalid configuration: global batch size 7 is not divisible\n")
     assert ev.primary.failure_class == "invalid_config"
-    # an exception no row names is a probable workload bug (issue 18), never "can heal"
-    ev = scan_text("RuntimeError: something else went wrong\n")
+    # an exception no row names is classified from its structure (issue 24): raised in the
+    # user's own frame it is a probable workload bug; a bare line with nothing that leans
+    # either way is unknown (restart within the budgets, never a STOP on one recurrence)
+    tb = 'Traceback (most recent call last):\n  File "/work/train.py", line 3, in main\n'
+    ev = scan_text(tb + "RuntimeError: something else went wrong\n")
     assert (ev.primary.failure_class, ev.primary.domain) == ("python_exception", "workload")
     assert ev.primary.recoverability == "probable"
+    assert ev.primary.structural and "user's own frame" in ev.primary.structural
+    ev = scan_text("RuntimeError: something else went wrong\n")
+    assert (ev.primary.failure_class, ev.primary.domain) == ("python_exception", "unknown")
+    assert ev.primary.recoverability == "unknown"
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

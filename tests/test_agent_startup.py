@@ -23,7 +23,12 @@ STARTUP_BUGS = {
     "ckpt_key_error": "[rank0]: KeyError: 'model_state_dict'\n",
     "ddp_unused": "[rank2]: RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.\n",
     "generic_runtime_error": "[rank0]: RuntimeError: expected scalar type Float but found Half\n",
-    "custom_exception": "[rank0]: mylib.errors.ShardReaderException: reader thread died\n",
+    # an exception no row names, raised in the user's own frame (structural, issue 24)
+    "custom_exception": (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/work/train.py", line 9, in main\n'
+        "[rank0]: mylib.errors.ShardReaderException: the shard list is empty\n"
+    ),
 }
 
 

@@ -86,3 +86,53 @@ def test_checked_in_samples_match_the_library(sample):
 
 def test_samples_exist():
     assert len(SAMPLES) >= 3, "tests/fixtures/logs/ should hold the checked-in samples"
+
+
+def _stamped(minute: int, second: int, text: str) -> str:
+    return f"[2026-03-01 10:{minute:02d}:{second:02d},000] {text}\n"
+
+
+# Issue 24: a job that progressed once, then fails at startup with alternating roots and no
+# progress line at all (logs of another launcher: no duration fact). The span of each log's
+# own timestamps (under a minute) says each cycle was a startup failure, so the job ceiling
+# ends it instead of "progress unknown" restarting it forever.
+ROOTS = [
+    "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "[rank5]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+    "unhandled system error, NCCL version 2.21.5",
+]
+
+
+def _startup_failure(n: int) -> str:
+    return (
+        _stamped(0, 0, "torch.distributed.run: [INFO] starting 8 workers")
+        + _stamped(0, 20, "loading checkpoint from /ckpt/iter_0001000")
+        + ROOTS[n % 2]
+        + "\n"
+        + _stamped(0, 41, "torch.distributed.elastic: [ERROR] failed (exitcode: 1) local_rank: 3")
+    )
+
+
+def test_alternating_startup_roots_after_progress_reach_the_job_ceiling(tmp_path):
+    progressed = (
+        "".join(f" iteration {i}/ 10000 | lm loss: 2.0\n" for i in range(990, 1001))
+        + "[rank1]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    )
+    logs = [progressed] + [_startup_failure(n) for n in range(6)]
+    got = history(tmp_path, "alternating-after-progress", logs)
+    # cycles 1-4 restart; cycle 5 is the 5th consecutive restart without progress
+    assert [d for d, _ in got] == ["RESTART"] * 5 + ["STOP", "STOP"], got
+    assert got[5][1] == "stop.job_no_progress_ceiling"
+    assert all(rule == "restart.infrastructure" for _, rule in got[1:5]), got
+
+
+def test_alternating_long_silent_cycles_after_progress_keep_restarting(tmp_path):
+    # the same roots in cycles whose own timestamps span two hours: a silent job that may
+    # have progressed is not a startup loop (progress unknown), so it is not stopped
+    def long_cycle(n: int) -> str:
+        return _stamped(0, 0, "starting") + ROOTS[n % 2] + "\n" + "[2026-03-01 12:00:00,000] x\n"
+
+    progressed = "".join(f" iteration {i}/ 10000 | lm loss: 2.0\n" for i in range(990, 1001))
+    got = history(tmp_path, "long-silent", [progressed] + [long_cycle(n) for n in range(6)])
+    assert [d for d, _ in got] == ["RESTART"] * 7, got
+    assert all(rule == "restart.progress_unknown" for _, rule in got[1:]), got
