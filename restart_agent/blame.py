@@ -148,7 +148,8 @@ def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None
         ok = e.domain == "infrastructure" and e.failure_class in wins
         if ok and _before_teardown(e, evidence):
             return e
-    return None
+    kills = taxonomy().outside_kills
+    return next((e for e in evidence.roots if e.failure_class in kills), None)
 
 
 def _reasoned_end(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
@@ -304,7 +305,11 @@ def _pick(
             winner = None
         if winner is not None:
             primary = winner
-            reason = "infrastructure root in the same cycle wins over a probable workload bug"
+            reason = (
+                "a kill from outside the process in the same cycle wins over a probable workload bug"
+                if winner.failure_class in taxonomy().outside_kills
+                else "infrastructure root in the same cycle wins over a probable workload bug"
+            )
         ended = _reasoned_end(primary, evidence)
         if ended is not None:
             primary = ended

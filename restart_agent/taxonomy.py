@@ -32,6 +32,8 @@ class Taxonomy:
     desync_faults: frozenset[str] = frozenset()
     # retryable classes that STOP when identical on two consecutive startup cycles
     startup_deterministic: frozenset[str] = frozenset()
+    # kills from outside the process that win over a probable workload root (taxonomy.yaml)
+    outside_kills: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -82,6 +84,7 @@ def taxonomy() -> Taxonomy:
         "desync.timeouts": desync.get("timeouts") or [],
         "desync.faults": desync.get("faults") or [],
         "startup_deterministic": data.get("startup_deterministic") or [],
+        "outside_kills": data.get("outside_kills") or [],
     }
     for name, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
@@ -97,4 +100,5 @@ def taxonomy() -> Taxonomy:
         frozenset(lists["desync.timeouts"]),
         frozenset(lists["desync.faults"]),
         frozenset(lists["startup_deterministic"]),
+        frozenset(lists["outside_kills"]),
     )
