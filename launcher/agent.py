@@ -635,8 +635,10 @@ class RelaunchAgent(LocalElasticAgent):
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
         with self._state_lock:  # the newest complete checkpoint reported (docs/checkpointing.md)
-            if self._resume is not None:
-                os.environ[ENV_RESUME] = self._resume[1]
+            resume = self._resume
+        if resume is not None:
+            os.environ[ENV_RESUME] = resume[1]
+            self.say(f"cycle {st.cycle}: newest complete checkpoint step {resume[0]}: {resume[1]}")
         ranks = [w.global_rank for w in worker_group.workers]
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(
