@@ -70,9 +70,9 @@ def main() -> int:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     mgr = CheckpointManager(ckpt_dir)
     hint = mgr.resume_hint()
-    sd = {"model": model.state_dict(), "iteration": torch.tensor(0)}
-    info = mgr.load_latest(sd)  # in place: the model's own tensors
-    start = int(sd["iteration"])
+    resumed_at = torch.tensor(0)
+    info = mgr.load_latest({"model": model.state_dict(), "iteration": resumed_at})  # in place
+    start = int(resumed_at)
     if info is not None and rank == 0:
         print(
             f"resumed from checkpoint step {info.step} ({info.path}, the newest complete; "
