@@ -77,6 +77,8 @@ class _Save:
     partial: Path  # the folder this node's ranks write into (local or persistent tier)
     future: Future[Any] | None = None
     blocked_s: float = 0.0
+    written_at: float = 0.0  # monotonic: the background write (DCP) finished
+    committed_at: float = 0.0  # monotonic: visible in its first tier
     done: threading.Event = field(default_factory=threading.Event)
     outcome: str = "pending"  # committed | aborted | failed
     error: BaseException | None = None
@@ -244,6 +246,7 @@ class CheckpointManager:
         except BaseException as exc:
             self._store.compare_set(f"{rec.token}/state", "", "failed")
             raise CheckpointError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+        rec.written_at = time.monotonic()
         mine = {n: file_record(rec.partial / n) for n in rank_files(rec.partial, self.rank)}
         self._store.set(f"{rec.token}/sums/{self.rank}", json.dumps(mine))
         self._store.add(f"{rec.token}/done", 1)
@@ -298,6 +301,7 @@ class CheckpointManager:
         if info is None:
             raise CheckpointError(f"committed checkpoint {final} has no readable marker")
         rec.info, rec.outcome = info, "committed"
+        rec.committed_at = time.monotonic()
         if self.on_finalize is not None:
             self.on_finalize(info)
         self._report(rec, info, tier)
