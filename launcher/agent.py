@@ -348,6 +348,10 @@ class RelaunchAgent(LocalElasticAgent):
             return
         self._event(line)
         with self._state_lock:
+            st = self._state
+            if st is not None and st.cycle == cycle and st.iterations is not None:
+                # a complete checkpoint of step N: the rank reached iteration N (progress)
+                st.iterations[rank] = max(st.iterations.get(rank, msg["cs"]), msg["cs"])
             if self._resume is None or msg["cs"] >= self._resume[0]:
                 self._resume = (int(msg["cs"]), str(msg["ckpt"]))
 

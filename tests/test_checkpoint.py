@@ -103,6 +103,10 @@ def test_the_launcher_records_checkpoints_and_tells_the_restart(job: dict) -> No
     c0 = facts_of(_log(job, "cycle_0.node0.log"), "checkpoint")
     assert [(f["step"], f["tier"]) for f in c0] == [(1, "local"), (1, "persistent")]
     assert c0[1]["path"].endswith("persistent/step_000000001") and c0[1]["size"] > 0
+    # cycle 1 reported no iteration: its complete checkpoint of step 3 counts as progress
+    for node in (0, 1):
+        its = facts_of(_log(job, f"cycle_1.node{node}.log"), "iterations")
+        assert its and its[-1]["last"] == {str(node): 3}, its
     root: Path = job["root"]
     for node in (0, 1):
         hint = f"rank {node} resume hint: {root / 'persistent' / final_name(1)}"
