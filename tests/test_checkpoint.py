@@ -57,7 +57,10 @@ def test_kill_during_save_resumes_from_the_previous_complete_step(job: dict) -> 
     root: Path = job["root"]
     for tier in ("persistent", "node0", "node1"):
         assert not (root / tier / final_name(2)).exists()
-        assert not [p for p in (root / tier).iterdir() if p.name.startswith(".partial-")]
+        # its temporary folders were removed by the restarted cycle's managers
+        assert not [
+            p for p in (root / tier).iterdir() if p.name.startswith(".partial-step_000000002")
+        ]
 
 
 @pytest.mark.slow
@@ -85,9 +88,28 @@ def test_abort_leaves_no_checkpoint_visible(job: dict) -> None:
     root: Path = job["root"]
     for tier in ("persistent", "node0", "node1"):
         assert not (root / tier / final_name(4)).exists()
-        assert sorted(p.name for p in (root / tier).iterdir()) == [final_name(1), final_name(3)]
+        visible = sorted(p.name for p in (root / tier).iterdir() if not p.name.startswith("."))
+        assert visible == [final_name(1), final_name(3)]
     info = latest_complete(root / "persistent")
     assert info is not None and info.step == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_killed_writer_process_fails_the_save_and_shows_nothing(job: dict) -> None:
+    for node in (0, 1):
+        text = _log(job, f"cycle_1.node{node}.log")
+        assert f"rank {node}: writer killed: step 5 failed" in text, text
+        assert f"rank {node}: newest persistent 3" in text
+    root: Path = job["root"]
+    for tier in ("persistent", "node0", "node1"):
+        assert not (root / tier / final_name(5)).exists()
+    info = latest_complete(root / "persistent")
+    assert info is not None and info.step == 3
+    # a failed save's temporary folder stays hidden until the next manager removes it
+    assert [p.name for p in (root / "node0").iterdir() if p.name.startswith(".partial-")] == [
+        p.name for p in (root / "node0").iterdir() if p.name.startswith(".partial-step_000000005-")
+    ]
 
 
 @pytest.mark.slow

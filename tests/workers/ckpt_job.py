@@ -4,7 +4,8 @@ Cycle 0: save step 1 and wait for it (committed locally, replicated, drained); r
 removes its node's local checkpoint folder (the node is "replaced"); save step 2 and
 rank 1 dies by SIGKILL while step 2 is in flight. Cycle 1: restore (step 1: the node
 without local files gets them from its peer's replica), then save step 3 to completion,
-then abort a save of step 4. Every finalization is appended to `finalized.txt`.
+then abort a save of step 4, then kill
+rank 0's writer process during a save of step 5. Every finalization is appended to `finalized.txt`.
 Values are a function of the step, so a restore is checked by content.
 """
 
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import _async_process_executor as ape
 
-from relaunch.checkpoint import CheckpointManager, latest_complete
+from relaunch.checkpoint import CheckpointError, CheckpointManager, latest_complete
 from relaunch.client import report_progress
 
 
@@ -96,6 +98,23 @@ def main() -> int:
         mgr.save_async(state(4, rank), 4)
     rec = mgr.wait()
     print(f"rank {rank}: abort={aborted} outcome={rec.outcome if rec else None}", flush=True)
+    # rank 0's writer process is killed by SIGKILL while step 5 is in flight (before rank 1
+    # even starts it): the save fails on both ranks, step 5 never becomes visible
+    if rank == 0:
+        mgr.save_async(state(5, rank), 5)
+        writer = ape._CHECKPOINT_PROCESS
+        assert writer is not None
+        os.kill(writer._save_process.pid, signal.SIGKILL)
+    dist.barrier()
+    if rank != 0:
+        mgr.save_async(state(5, rank), 5)
+    try:
+        mgr.wait()
+        outcome = "committed"
+    except CheckpointError as exc:
+        outcome = "failed"
+        print(f"rank {rank}: step 5 error: {exc}", flush=True)
+    print(f"rank {rank}: writer killed: step 5 {outcome}", flush=True)
     newest = latest_complete(root / "persistent")
     print(f"rank {rank}: newest persistent {newest.step if newest else None}", flush=True)
     mgr.close()
