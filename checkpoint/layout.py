@@ -201,3 +201,21 @@ def remove_partials(root: Path, keep: str | None = None) -> None:
     for p in entries:
         if p.name.startswith((".partial-", ".restore-", ".old-")) and p.name != keep:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def prune(root: Path, keep: int) -> list[int]:
+    """Remove all but the newest `keep` complete checkpoints of `root` (each renamed to a
+    hidden name first, so a half-removed folder is never taken for a checkpoint); returns
+    the steps removed. `keep` <= 0 keeps everything."""
+    if keep <= 0:
+        return []
+    removed = []
+    for info in complete(root)[:-keep]:
+        old = info.path.with_name(f".old-{info.path.name}-{os.getpid()}")
+        try:
+            os.replace(info.path, old)
+        except OSError:
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(info.step)
+    return removed

@@ -58,6 +58,7 @@ from .layout import (
     latest_complete,
     partial_name,
     present,
+    prune,
     rank_files,
     read_marker,
     remove_partials,
@@ -84,6 +85,7 @@ class _Save:
     error: BaseException | None = None
     info: CheckpointInfo | None = None
     persistent: CheckpointInfo | None = None
+    prev: _Save | None = None  # the save before: its finisher ends before this one's starts
 
 
 class CheckpointManager:
@@ -105,6 +107,7 @@ class CheckpointManager:
         on_finalize: Callable[[CheckpointInfo], None] | None = None,
         report: bool = True,
         drain: bool = True,
+        keep: int = 3,
     ) -> None:
         if not dist.is_initialized():
             raise CheckpointError("CheckpointManager needs torch.distributed initialised first")
@@ -116,6 +119,7 @@ class CheckpointManager:
         self.on_finalize = on_finalize
         self.report = report
         self.drain = drain
+        self.keep = keep
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
         if self.local_world <= 0 or self.world % self.local_world:
@@ -160,7 +164,7 @@ class CheckpointManager:
         root = self.local if self.local is not None else self.persistent
         partial = root / partial_name(step, token)
         partial.mkdir(parents=True, exist_ok=True)
-        rec = _Save(int(step), token, t0, partial)
+        rec = _Save(int(step), token, t0, partial, prev=self._inflight)
         writer = dcp.FileSystemWriter(str(partial), single_file_per_rank=True, sync_files=True)
         fut = dcp.async_save(
             state_dict,
@@ -247,6 +251,11 @@ class CheckpointManager:
             self._store.compare_set(f"{rec.token}/state", "", "failed")
             raise CheckpointError(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
         rec.written_at = time.monotonic()
+        if rec.prev is not None:
+            # finishers run in save order: their transfers share one gloo group, and a
+            # checkpoint never becomes visible before an older one
+            rec.prev.done.wait()
+            rec.prev = None
         mine = {n: file_record(rec.partial / n) for n in rank_files(rec.partial, self.rank)}
         self._store.set(f"{rec.token}/sums/{self.rank}", json.dumps(mine))
         self._store.add(f"{rec.token}/done", 1)
@@ -284,6 +293,7 @@ class CheckpointManager:
             visible = f"{rec.token}/visible/{self.node}"
             if self.local_rank == 0:
                 commit(rec.partial, final, record)
+                prune(self.local, self.keep)
                 self._store.set(visible, "1")
             else:
                 self._store.wait([visible], timedelta(days=1))
@@ -293,6 +303,7 @@ class CheckpointManager:
             visible = f"{rec.token}/visible"
             if self.rank == 0:
                 commit(rec.partial, final, record)
+                prune(self.persistent, self.keep)
                 self._store.set(visible, "1")
             else:
                 self._store.wait([visible], timedelta(days=1))
@@ -320,6 +331,7 @@ class CheckpointManager:
             while self._store.add(f"{rec.token}/drained", 0) < self.world:
                 time.sleep(_POLL_S)
             commit(partial, final, record)
+            prune(self.persistent, self.keep)
             self._store.set(key, "1")
         else:
             self._store.wait([key], timedelta(days=1))

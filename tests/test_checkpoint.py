@@ -187,6 +187,18 @@ def test_latest_complete_never_returns_a_torn_checkpoint(tmp_path: Path) -> None
     assert latest_complete(tmp_path / "missing") is None
 
 
+def test_prune_keeps_the_newest_complete_checkpoints(tmp_path: Path) -> None:
+    from relaunch.checkpoint.layout import prune
+
+    good = {".metadata": b"m", "__0_0.distcp": b"abc"}
+    for step in (1, 2, 3, 4):
+        _fake(tmp_path, step, good)
+    _fake(tmp_path, 5, good, marker=None)  # torn: neither counted nor removed here
+    assert prune(tmp_path, 2) == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final_name(s) for s in (3, 4, 5)]
+    assert prune(tmp_path, 0) == []
+
+
 def test_loading_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as exc:
         load({}, tmp_path)
