@@ -138,6 +138,8 @@ class CheckpointManager:
         self._seq = 0
         self._inflight: _Save | None = None
         self.last: _Save | None = None  # the most recent save, finished or not
+        self.restored_tier = ""  # after load_latest: local | persistent
+        self.restored_from: dict[str, str] = {}  # files a restore received from peers
         if self.rank == 0:
             self.persistent.mkdir(parents=True, exist_ok=True)
             remove_partials(self.persistent)
@@ -432,9 +434,6 @@ class CheckpointManager:
             from .layout import CheckpointCorrupted
 
             raise CheckpointCorrupted(first)
-
-    restored_from: dict[str, str] = {}
-    restored_tier: str = ""
 
 
 def load(state_dict: dict[str, Any], path: str | os.PathLike[str]) -> CheckpointInfo:
