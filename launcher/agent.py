@@ -330,6 +330,7 @@ class RelaunchAgent(LocalElasticAgent):
                 st.iterations[rank] = it
         if isinstance(msg.get("cs"), int):  # a completed checkpoint (relaunch.checkpoint)
             self._on_checkpoint(cycle, rank, msg)
+            return
         parts = [f"progress rank={rank}"]
         if "i" in msg:
             parts.append(f"iteration={msg['i']}")
@@ -347,6 +348,12 @@ class RelaunchAgent(LocalElasticAgent):
         except (KeyError, TypeError, ValueError):
             return
         self._event(line)
+        # the restart agent's `relaunch_checkpoint` progress dialect (restart_agent/progress.yaml):
+        # the verdict, and so the history, records the cycle's last checkpoint
+        path = str(msg["ckpt"]).replace(" ", "%20")
+        self._event(
+            f"checkpoint saved iteration={msg['cs']} path={path} rank={rank} tier={msg.get('ct')}"
+        )
         with self._state_lock:
             st = self._state
             if st is not None and st.cycle == cycle and st.iterations is not None:

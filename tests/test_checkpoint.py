@@ -36,7 +36,13 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         timeout=240,
     )
     logs = {p.name: p.read_text() for p in (tmp / "logs" / "ckpt").glob("cycle_*.log")}
-    return {"codes": codes, "errs": errs, "root": root, "logs": logs}
+    return {
+        "codes": codes,
+        "errs": errs,
+        "root": root,
+        "logs": logs,
+        "log_dir": tmp / "logs" / "ckpt",
+    }
 
 
 def _log(job: dict, name: str) -> str:
@@ -125,6 +131,12 @@ def test_the_launcher_records_checkpoints_and_tells_the_restart(job: dict) -> No
     c0 = facts_of(_log(job, "cycle_0.node0.log"), "checkpoint")
     assert [(f["step"], f["tier"]) for f in c0] == [(1, "local"), (1, "persistent")]
     assert c0[1]["path"].endswith("persistent/step_000000001") and c0[1]["size"] > 0
+    # the restart agent reads the launcher's checkpoint line: the verdict (history) has it
+    from relaunch.restart_agent import scan_file
+
+    ev = scan_file(job["log_dir"] / "cycle_0.node0.log")
+    assert ev.progress.checkpoint_iteration == 1
+    assert str(ev.progress.last_checkpoint).endswith("persistent/step_000000001")
     # cycle 1 reported no iteration: its complete checkpoint of step 3 counts as progress
     for node in (0, 1):
         its = facts_of(_log(job, f"cycle_1.node{node}.log"), "iterations")
