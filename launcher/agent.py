@@ -69,6 +69,7 @@ EXIT_FAILED = 1  # workers failed and the restart budget is spent
 EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
 EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
+ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"  # relaunch.checkpoint.ENV_RESUME
 EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
 
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
@@ -248,6 +249,7 @@ class RelaunchAgent(LocalElasticAgent):
             on_progress=self._on_progress, on_straggler=self._stragglers.on_message
         )
         self._cycle_no = -1
+        self._resume: tuple[int, str] | None = None  # (step, path) of the newest checkpoint
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
         self._last_log_path: str | None = None
@@ -326,12 +328,39 @@ class RelaunchAgent(LocalElasticAgent):
                 and not isinstance(it, bool)
             ):
                 st.iterations[rank] = it
+        if isinstance(msg.get("cs"), int):  # a completed checkpoint (relaunch.checkpoint)
+            self._on_checkpoint(cycle, rank, msg)
+            return
         parts = [f"progress rank={rank}"]
         if "i" in msg:
             parts.append(f"iteration={msg['i']}")
         if msg.get("ckpt"):
             parts.append(f"checkpoint={msg['ckpt']}")
         self._event(" ".join(parts))
+
+    def _on_checkpoint(self, cycle: int, rank: int, msg: dict) -> None:
+        """A `checkpoint` fact; the newest step is what the next cycle resumes from."""
+        try:
+            line = facts.checkpoint(
+                cycle, rank, msg["cs"], msg["ckpt"], msg.get("ct", ""), msg.get("cb", 0),
+                msg.get("cd", 0.0),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return
+        self._event(line)
+        # the restart agent's `relaunch_checkpoint` progress dialect (restart_agent/progress.yaml):
+        # the verdict, and so the history, records the cycle's last checkpoint
+        path = str(msg["ckpt"]).replace(" ", "%20")
+        self._event(
+            f"checkpoint saved iteration={msg['cs']} path={path} rank={rank} tier={msg.get('ct')}"
+        )
+        with self._state_lock:
+            st = self._state
+            if st is not None and st.cycle == cycle and st.iterations is not None:
+                # a complete checkpoint of step N: the rank reached iteration N (progress)
+                st.iterations[rank] = max(st.iterations.get(rank, msg["cs"]), msg["cs"])
+            if self._resume is None or msg["cs"] >= self._resume[0]:
+                self._resume = (int(msg["cs"]), str(msg["ckpt"]))
 
     def _on_verdict(self, v: VerdictInfo) -> None:
         self.verdicts[v.cycle] = v
@@ -616,6 +645,11 @@ class RelaunchAgent(LocalElasticAgent):
         self._monitor = monitor
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
+        with self._state_lock:  # the newest complete checkpoint reported (docs/checkpointing.md)
+            resume = self._resume
+        if resume is not None:
+            os.environ[ENV_RESUME] = resume[1]
+            self.say(f"cycle {st.cycle}: newest complete checkpoint step {resume[0]}: {resume[1]}")
         ranks = [w.global_rank for w in worker_group.workers]
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(

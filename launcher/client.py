@@ -40,6 +40,7 @@ __all__ = [
     "heartbeat",
     "section",
     "report_progress",
+    "report_checkpoint",
     "start_heartbeat",
     "stop_heartbeat",
     "straggler",
@@ -123,6 +124,20 @@ def report_progress(*, iteration: int | None = None, checkpoint: str | None = No
     if checkpoint is not None:
         fields["ckpt"] = str(checkpoint)
     _send("progress", **fields)
+
+
+def report_checkpoint(*, step: int, path: str, tier: str, size: int, duration: float) -> None:
+    """Report a completed checkpoint (relaunch.checkpoint calls it): step, where it is,
+    its tier (local | persistent), bytes and seconds from save to visible. It becomes a
+    `checkpoint` launcher fact, and the restarted worker is told the newest (env)."""
+    _send(
+        "progress",
+        ckpt=str(path),
+        cs=int(step),
+        ct=str(tier),
+        cb=int(size),
+        cd=round(float(duration), 3),
+    )
 
 
 def start_heartbeat(interval: float = 5.0) -> None:

@@ -114,6 +114,22 @@ def iterations(cycle: int, last: Mapping[int, int], ranks: Iterable[int], client
     )
 
 
+def checkpoint(
+    cycle: int, rank: int, step: int, path: str, tier: str, size: int, duration_s: float
+) -> str:
+    """A checkpoint that became complete (relaunch.checkpoint's report)."""
+    return fact(
+        "checkpoint",
+        cycle,
+        rank=int(rank),
+        step=int(step),
+        path=str(path),
+        tier=str(tier),
+        size=int(size),
+        duration_s=round(float(duration_s), 3),
+    )
+
+
 def node_health(cycle: int, node: str, healthy: bool, reason: str) -> str:
     return fact("node_health", cycle, node=str(node), healthy=bool(healthy), reason=str(reason))
 

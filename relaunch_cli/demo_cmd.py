@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         rule = f" [{v.rule}]" if v.rule else ""
         print(f"  cycle {cycle}: {v.decision}{rule}: {v.reason}")
     job_dir = settings.job_dir.resolve()
+    print("\nrelaunch demo: checkpoints (asynchronous, relaunch.checkpoint)")
+    for line in _checkpoint_story(job_dir):
+        print(f"  {line}")
     audits = sorted((work / "audit").rglob("*.json")) if (work / "audit").exists() else []
     print(f"\n  exit code       {code}" + (" (stopped by verdict)" if code == EXIT_STOPPED else ""))
     print(f"  cycle logs      {job_dir}/cycle_<N>.log")
@@ -89,3 +92,24 @@ def run(args: argparse.Namespace) -> int:
         print("relaunch demo: the job did not end as the demo expects (RESTART, then STOP)")
         return 1
     return 0
+
+
+def _checkpoint_story(job_dir: Path) -> list[str]:
+    """Per cycle: the checkpoints that became complete and where the cycle resumed from."""
+    import json
+    import re
+
+    out = []
+    logs = sorted(job_dir.glob("cycle_*.log"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    for path in logs:
+        steps, resumed = [], "stopped before it loaded a checkpoint"
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith('[relaunch] fact: {"fact":"checkpoint"'):
+                steps.append(str(json.loads(line.split("fact: ", 1)[1])["step"]))
+            elif "no checkpoint: starting from scratch" in line:
+                resumed = "started from scratch"
+            elif "resumed from checkpoint step" in line:
+                resumed = "resumed from " + line.split("resumed from ", 1)[1].split(" (")[0]
+        done = ", ".join(steps) or "none"
+        out.append(f"{path.stem}: {resumed}; checkpoints completed: {done}")
+    return out

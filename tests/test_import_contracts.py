@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("restart_agent", "storage", "web", "attribution", "launcher", "relaunch_cli")
+PACKAGES = (
+    "restart_agent",
+    "storage",
+    "web",
+    "attribution",
+    "launcher",
+    "checkpoint",
+    "relaunch_cli",
+)
 
 # (sub-)package -> what of the project its modules may import: a name allows that package
 # or module and everything below it. A module follows the most specific key it lies in
@@ -50,6 +58,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     ),
     # the launcher: the agent, storage and the engine (embedded mode, small helpers)
     "launcher": frozenset({"restart_agent", "storage", "attribution.core"}),
+    # the demo training job (a worker) checkpoints with relaunch.checkpoint
+    "launcher.demo": frozenset({"checkpoint", "launcher.client"}),
+    # worker-side checkpoints: only the worker client (to report completed checkpoints);
+    # nothing imports it but relaunch_cli, the demo and tests
+    "checkpoint": frozenset({"launcher.client"}),
     # the console script wires everything; nothing imports it back
     "relaunch_cli": frozenset(PACKAGES),
 }

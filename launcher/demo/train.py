@@ -2,13 +2,16 @@
 
 Run by `relaunch demo` under `relaunch run`. The story it tells, one cycle at a time:
 
-- cycle 0: training runs, checkpoints, then rank 1 hits an infrastructure-like fault
-  (a realistic NCCL network error line, then the process dies by SIGKILL) -> RESTART;
-- cycle 1: resumes from the last checkpoint, makes progress, then rank 0 meets a corrupt
-  data sample (a workload bug: it is in the data, it will be there every time);
+- cycle 0: training runs, checkpoints asynchronously (relaunch.checkpoint: the write runs
+  in a background process; a checkpoint is visible once every rank's part is durable),
+  then rank 1 hits an infrastructure-like fault (a realistic NCCL network error line,
+  then the process dies by SIGKILL) -> RESTART;
+- cycle 1: resumes from the newest complete checkpoint (found by `load_latest`; the
+  launcher names it in RELAUNCH_RESUME_CHECKPOINT), makes progress, then rank 0 meets a
+  corrupt data sample (a workload bug: it is in the data, it will be there every time);
 - cycle 2: resumes, reaches the same sample, fails identically without progress -> STOP.
 
-Arguments: `--workdir DIR` (checkpoints), `--iterations N`, `--ckpt-every K`,
+Arguments: `--workdir DIR` (checkpoints under DIR/checkpoints), `--iterations N`, `--ckpt-every K`,
 `--fault-at I` (iteration of the infrastructure fault in the first cycle) and
 `--bad-sample-at I` (iteration whose data sample is corrupt).
 """
@@ -26,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from relaunch.checkpoint import CheckpointManager
 from relaunch.client import heartbeat, report_progress, section
 
 
@@ -64,14 +68,17 @@ def main() -> int:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    start = 0
-    latest = ckpt_dir / "latest.pt"
-    if latest.exists():
-        state = torch.load(latest, weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        start = int(state["iteration"])
-        print(f"resumed from checkpoint {latest} at iteration {start}", flush=True)
+    mgr = CheckpointManager(ckpt_dir)
+    hint = mgr.resume_hint()
+    resumed_at = torch.tensor(0)
+    info = mgr.load_latest({"model": model.state_dict(), "iteration": resumed_at})  # in place
+    start = int(resumed_at)
+    if info is not None and rank == 0:
+        print(
+            f"resumed from checkpoint step {info.step} ({info.path}, the newest complete; "
+            f"the launcher said {hint})",
+            flush=True,
+        )
     elif rank == 0:
         print("no checkpoint: starting from scratch", flush=True)
 
@@ -83,21 +90,18 @@ def main() -> int:
             loss.backward()
             opt.step()
         heartbeat()
-        ckpt = None
-        if it % a.ckpt_every == 0:
-            dist.barrier()
+        if it % a.ckpt_every == 0:  # returns after staging; written in the background
+            sd = {"model": model.state_dict(), "iteration": torch.tensor(it)}
+            blocked = mgr.save_async(sd, it)
             if rank == 0:
-                tmp = ckpt_dir / "latest.pt.tmp"
-                torch.save(
-                    {"model": model.state_dict(), "optim": opt.state_dict(), "iteration": it}, tmp
+                print(
+                    f"checkpoint step {it} started (training blocked {blocked:.3f} s)", flush=True
                 )
-                os.replace(tmp, latest)
-                ckpt = str(latest)
-            dist.barrier()
         if rank == 0:
             print(f"iteration {it} loss {loss.item():.4f}", flush=True)
-        report_progress(iteration=it, checkpoint=ckpt)
+        report_progress(iteration=it)
         if cycle == 0 and it == a.fault_at and rank == 1:
+            mgr.wait()  # the story: the checkpoint started before the fault is complete
             host = os.uname().nodename
             print(
                 f"{host}:{os.getpid()}:{os.getpid() + 7} [1] NCCL WARN NET/IB : Got completion "
@@ -106,6 +110,8 @@ def main() -> int:
             )
             time.sleep(0.3)  # the NCCL line lands in the log before the peers' cascade errors
             os.kill(os.getpid(), signal.SIGKILL)
+    mgr.wait()
+    mgr.close()
     if rank == 0:
         print(f"training finished: {a.iterations} iterations on {world} ranks", flush=True)
     dist.destroy_process_group()
