@@ -24,15 +24,21 @@ ERROR_STATUS: dict[str, int] = {
     "not_regular_file": 400,
     "unauthorized": 401,
     "outside_allowed_root": 403,
+    "cross_site_refused": 403,
     "unreadable": 403,
     "not_found": 404,
     "not_submitted": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
+    "conflict": 409,
+    "cycle_being_analysed": 409,
     "payload_too_large": 413,
+    "host_not_allowed": 421,
     "malformed_request": 422,
     "rate_limited": 429,
     "internal_error": 500,
     "overloaded": 503,
+    "storage_unavailable": 503,
 }
 
 
@@ -44,7 +50,7 @@ class ErrorBody(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 408, 409, 413, 421, 422, 429, 503)
 }
 
 
