@@ -316,10 +316,10 @@ class HistoryRepository:
         """The append-only rule, in one place: why a log for (job, cycle, node) may not be
         stored now, or None.
 
-        A cycle that has a verdict keeps the log it was decided on: a log at another path,
-        different bytes (`sha256` differs from the stored digest) or an append to it is a
-        conflict. The same log again (a retried upload, a re-registration of the same path)
-        is not. A log of another node for the same cycle is not a re-upload (`node` given
+        A cycle that has a verdict keeps the log it was decided on: different bytes
+        (`sha256` differs from the stored digest), an append, or, when no digest is given,
+        a log at another path is a conflict. The same log again (the same bytes, a
+        re-registration of the same path) is not. A log of another node for the same cycle is not a re-upload (`node` given
         and the stored cycle names a different node)."""
         job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
         rec = self.get_cycle(job_id, cycle)
@@ -330,10 +330,12 @@ class HistoryRepository:
         what = f"cycle {cycle} of job {job_id!r} already has a stored log and verdict"
         if appending:
             return f"{what}; appending to it is refused (history is append-only)"
+        if sha256 is not None and rec.log_sha256 is not None:  # the bytes decide
+            if rec.log_sha256 == sha256:
+                return None
+            return f"{what}; a different upload is refused (history is append-only)"
         if log_path is not None and rec.log_path is not None and rec.log_path != log_path:
             return f"{what} (log {rec.log_path}); a log at another path is refused"
-        if sha256 is not None and rec.log_sha256 is not None and rec.log_sha256 != sha256:
-            return f"{what}; a different upload is refused (history is append-only)"
         return None
 
     def save_verdict(

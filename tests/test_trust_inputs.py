@@ -157,3 +157,13 @@ def test_deep_yaml_is_a_one_line_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2 and "nested deeper than 64 levels" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_analyze_json_escapes_c1_bidi_and_separators() -> None:
+    from relaunch.cli.analyze_cmd import json_for_terminal
+
+    value = {"text": "a\u0085b\u202ec\u2028d\u009be\ud800"}
+    out = json_for_terminal(json.dumps(value, ensure_ascii=False))
+    assert json.loads(out) == value  # the same JSON value
+    assert all(not (0x80 <= ord(ch) < 0xA0 or ch in "\u202e\u2028") for ch in out)
+    out.encode("utf-8")  # no lone surrogate left: printable on any UTF-8 stream
