@@ -5,7 +5,8 @@ one --shape, with a CUDA-error / NCCL-watchdog cascade at the end:
 
 - `default`: realistic noise (tests/fixtures/make_logs.write_log; 1 GiB by default),
 - `noisy`: 20% warning lines holding "error" substrings, 40% progress, 40% NCCL INFO
-  (bench/log_shapes.py; 200 MB by default),
+  (bench/log_shapes.py; 200 MB by default), `distinct` (every line a distinct error line,
+  issue 26: the log that held analysis workers for minutes; 12 MB by default),
 - `dense`: nothing but tracebacks and error lines of every rank (64 MB by default),
 
 then measures in this same script:
@@ -79,7 +80,12 @@ def _shapes():
     return mod
 
 
-DEFAULT_SIZE = {"default": 1 << 30, "noisy": 200 * 10**6, "dense": 64 * 10**6}
+DEFAULT_SIZE = {
+    "default": 1 << 30,
+    "noisy": 200 * 10**6,
+    "dense": 64 * 10**6,
+    "distinct": 12 * 10**6,
+}
 
 
 def _cpu() -> float:
@@ -144,6 +150,8 @@ def _expected(shape: str, run: dict) -> bool:
     primary = run["primary"] or {}
     if shape == "dense":  # every rank failed: some rank's error is named, the job restarts
         return run["decision"] == "RESTART" and primary.get("rank") is not None
+    if shape == "distinct":  # thousands of distinct errors: a verdict naming one of them
+        return run["decision"] in ("RESTART", "STOP") and primary.get("failure_class") is not None
     return (
         run["decision"] == "RESTART"
         and primary.get("failure_class") == "cuda_illegal_memory_access"

@@ -194,4 +194,29 @@ def write_dense(path: str | Path, size: int, ranks: int = 1024, seed: int = 0) -
     )
 
 
-WRITERS: dict[str, Callable[..., int]] = {"noisy": write_noisy, "dense": write_dense}
+def _distinct_line(rnd: random.Random, ranks: int) -> str:
+    """One error line no other line repeats (issue 26, item 8: the attacker's log)."""
+    r = rnd.randrange(ranks)
+    n = rnd.getrandbits(48)
+    k = rnd.randrange(6)
+    if k == 5:
+        return f"[rank{r}]: RuntimeError: unexpected state {n:x} in module m{n % 977}.f{n % 313}"
+    return f"[rank{r}]: " + _error(rnd, r, k)
+
+
+def write_distinct(path: str | Path, size: int, ranks: int = 1024, seed: int = 0) -> int:
+    """Every line a distinct error line (numbers and names vary per line, no tracebacks)."""
+    return _write(
+        path,
+        size,
+        seed,
+        ranks,
+        lambda rnd: ("\n".join(_distinct_line(rnd, ranks) for _ in range(2000)) + "\n").encode(),
+    )
+
+
+WRITERS: dict[str, Callable[..., int]] = {
+    "noisy": write_noisy,
+    "dense": write_dense,
+    "distinct": write_distinct,
+}

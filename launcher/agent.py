@@ -641,7 +641,7 @@ class RelaunchAgent(LocalElasticAgent):
             raise _StopJob()
         st = self._begin_cycle(worker_group)
         monitor = self._new_monitor(st)
-        self._heartbeats.start_cycle(monitor)
+        self._heartbeats.start_cycle(monitor, authenticated=True)  # see set_workers below
         self._monitor = monitor
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
@@ -659,6 +659,10 @@ class RelaunchAgent(LocalElasticAgent):
         pids = super()._start_workers(worker_group)
         by_local = {w.local_rank: w.global_rank for w in worker_group.workers}
         st.exits = ExitTimes({by_local[lr]: pid for lr, pid in pids.items() if lr in by_local})
+        # a datagram counts only from the worker (or a child of it) of the rank it names
+        self._heartbeats.set_workers(
+            {pid: by_local[lr] for lr, pid in pids.items() if lr in by_local}
+        )
         install_signal_handlers()  # elastic installed its own (same effect, not remembered)
         self._gate_open = False  # see _maybe_release_analysis
         self._wrap_close(st)

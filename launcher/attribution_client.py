@@ -330,6 +330,14 @@ class OffClient(AttributionClient):
         return None
 
 
+def _own_facts() -> Any:
+    """The context in which the embedded engine trusts only this launcher's signed facts."""
+    from relaunch.launcher import facts
+    from relaunch.restart_agent.facts import verifying
+
+    return verifying([facts.key()])
+
+
 def _from_verdict(cycle: int, verdict: Verdict, source: str) -> VerdictInfo:
     """A verdict this process decided (embedded engine)."""
     return VerdictInfo(
@@ -440,11 +448,13 @@ class EmbeddedClient(AttributionClient):
         return done
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
-        verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
+        with _own_facts():  # only this launcher's signed facts count (launcher.facts)
+            verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
         return _from_verdict(cycle, verdict, "embedded")
 
     def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
-        verdict = self._ready().record_node_health(job_id, cycle, record)
+        with _own_facts():
+            verdict = self._ready().record_node_health(job_id, cycle, record)
         return None if verdict is None else _from_verdict(cycle, verdict, "embedded")
 
 

@@ -6,6 +6,7 @@ loader put the option's name in front). Also `ConfigError`, the error of a bad s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from relaunch.attribution.core.policy_config import MAX_VALUE, bounded_int
 
@@ -15,6 +16,17 @@ class ConfigError(ValueError):
 
 
 MAX_SECONDS = 1e7  # about 115 days; beyond it a duration is a mistake (and overflows waits)
+MAX_COUNT = 1_000_000  # restarts, node ranks, ...: beyond it a count is a mistake
+MAX_NPROC = 4096  # workers on one node
+MAX_NODES = 100_000
+MAX_DIGITS = 30  # a longer number is refused before int() spends time on it
+
+
+def _int(text: str, lo: int = 0, hi: int = MAX_COUNT) -> int:
+    raw = str(text).strip()
+    if len(raw.lstrip("+-")) > MAX_DIGITS:
+        raise ValueError(f"must be >= {lo}" if raw.startswith("-") else f"must be at most {hi}")
+    return int(raw)
 
 
 def positive_float(text: str) -> float:
@@ -29,16 +41,20 @@ def positive_float(text: str) -> float:
 
 
 def non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, 0)
     if value < 0:
         raise ValueError("must be >= 0")
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT}")
     return value
 
 
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, 1)
     if value < 1:
         raise ValueError("must be >= 1")
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT}")
     return value
 
 
@@ -47,9 +63,12 @@ def nproc_spec(text: str) -> int:
     word = str(text).strip().lower()
     if word not in ("cpu", "gpu", "auto"):
         try:
-            return positive_int(word)
+            value = positive_int(word)
         except ValueError:
-            raise ValueError("must be a number >= 1, cpu, gpu or auto") from None
+            value = 0
+        if not 1 <= value <= MAX_NPROC:
+            raise ValueError(f"must be a number from 1 to {MAX_NPROC}, cpu, gpu or auto")
+        return value
     import os
 
     gpus = 0
@@ -66,9 +85,13 @@ def nnodes_spec(text: str) -> str:
     parts = str(text).split(":")
     if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
         raise ValueError("must be N or MIN:MAX")
+    if any(len(p.strip()) > MAX_DIGITS for p in parts):
+        raise ValueError(f"must be at most {MAX_NODES} nodes")
     lo, hi = int(parts[0]), int(parts[-1])
     if not 0 < lo <= hi:
         raise ValueError("must satisfy 0 < MIN <= MAX")
+    if hi > MAX_NODES:
+        raise ValueError(f"must be at most {MAX_NODES} nodes")
     return str(text)
 
 
@@ -164,6 +187,19 @@ def nvrx_no_progress_cycles(text: str) -> int:
     if str(text).strip() in ("0", "-1"):
         return MAX_VALUE
     return bounded_int(text)
+
+
+def rdzv_conf_numbers(conf: Mapping[str, object]) -> None:
+    """Every number in `--rdzv-conf` (timeouts, intervals, ranks) finite and at most
+    MAX_SECONDS: torch turns them into timedeltas, which overflow past that."""
+    for key, value in conf.items():
+        text = str(value).strip()
+        try:
+            number = float(text) if len(text) <= 40 else math.inf
+        except ValueError:
+            continue  # not a number: torch checks the rest
+        if not math.isfinite(number) or abs(number) > MAX_SECONDS:
+            raise ValueError(f"{key}={text[:40]} must be a finite number at most {MAX_SECONDS:g}")
 
 
 def optional_float(text: str) -> float | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from relaunch.launcher.config_values import ConfigError
+from relaunch.restart_agent import safe_files
 
 if TYPE_CHECKING:
     from relaunch.launcher.config import Option
@@ -69,19 +70,45 @@ def _hint(name: str, options: Mapping[str, Option]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+MAX_YAML_BYTES = 4 << 20
+MAX_YAML_DEPTH = 64  # nesting levels of flow collections ([ {) or indentation
+
+
+def _check_depth(text: str, path: str) -> None:
+    """Refuse, before parsing, a document nested deeper than MAX_YAML_DEPTH (PyYAML's
+    composer recurses per level: a deep document would be a RecursionError traceback)."""
+    depth = deepest = 0
+    for ch in text:  # flow nesting; quotes are rare in configs and only overcount
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    indents = {len(line) - len(line.lstrip(" -")) for line in text.splitlines() if line.strip()}
+    if deepest > MAX_YAML_DEPTH or len(indents) > MAX_YAML_DEPTH:
+        raise ConfigError(f"config file {path} is nested deeper than {MAX_YAML_DEPTH} levels")
+
+
 def load_yaml(
     path: str, options: Mapping[str, Option], warnings: list[str] | None = None
 ) -> dict[str, Any]:
     """Read `--ft-cfg-path` against `options` ({dest: Option}); returns {dest: converted
     value}. Raises ConfigError on a bad file or value; unknown and ignored keys are
     appended to `warnings`, one line each."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+    try:  # bounded, regular files only (a FIFO or /dev/zero is refused, not read)
+        text = safe_files.read_bounded(path, MAX_YAML_BYTES).decode("utf-8")
+        _check_depth(text, path)
+        data = yaml.safe_load(text)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except safe_files.TooLarge:
+        raise ConfigError(f"config file {path} is larger than {MAX_YAML_BYTES} bytes") from None
+    except safe_files.NotRegularFile:
+        raise ConfigError(f"config file {path} is not a regular file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:

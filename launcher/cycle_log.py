@@ -7,7 +7,8 @@ writer thread per node that tails the spool files, cuts them into whole lines (r
 partial and huge lines), prefixes them with `[rankR]: ` (torch's own per-rank prefix)
 and writes them, together with the launcher's own `[relaunch] ` event lines, to the sink.
 Only this thread writes, so lines of different ranks are never torn or interleaved
-mid-line. The same thread hands each worker line to the optional `launcher.console`
+mid-line. An event line is split on "\n" only; any other line break in it (U+2028, a
+carriage return) is escaped (`one_line`), so no value inside an event starts a line. The same thread hands each worker line to the optional `launcher.console`
 echo (torchrun's `--tee`/`--redirects` on the launcher's console). That thread is a
 poller, not an `attribution.core.background.BackgroundQueue` loop: it tails the spool files
 on a timer whether or not an event line is queued, and writes the rank lines read so far
@@ -104,6 +105,17 @@ class RankLogsSpecs(LogsSpecs):
         dest.filtered_stdout = os.path.join(self._spool, "filtered.out")
         dest.filtered_stderr = os.path.join(self._spool, "filtered.err")
         return dest
+
+
+# every character other than "\n" that str.splitlines() (or a terminal) takes as a line end
+_LINE_BREAKS = {cp: f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
+                for cp in (0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}  # fmt: skip
+
+
+def one_line(text: str) -> str:
+    """`text` (no "\n") with every other line break escaped: what an event line carries
+    (a value a worker reported, say) cannot start a line of its own in the cycle log."""
+    return text.translate(_LINE_BREAKS)
 
 
 def rank_prefix(rank: int) -> str:
@@ -254,8 +266,8 @@ class CycleLog:
             except queue.Empty:
                 return wrote
             self._write_rank_lines()
-            for line in text.splitlines() or [""]:
-                self._write(LAUNCHER_PREFIX + line)
+            for line in text.split("\n"):
+                self._write(LAUNCHER_PREFIX + one_line(line))
             wrote = True
             self._flush()
             if done is not None:

@@ -5,18 +5,36 @@ prefix), per the contract in docs/launcher.md ("Launcher facts"): the restart ag
 them as its highest-trust evidence (which rank failed first, hangs, progress per rank,
 cycle duration). Every fact has `fact` (its kind) and `cycle`; this module only formats,
 the agent decides what is true.
+
+Workers cannot forge a fact: every line ends with `"mac"`, an HMAC-SHA256 (128 bits) of the
+line's JSON before that field, keyed with `key()`, 32 random bytes made in this process and
+kept only in its memory (never in the environment, a file or a worker's arguments). The
+analysis of the launcher's own logs (`attribution_client`, embedded) runs under
+`restart_agent.facts.verifying([key()])` and trusts only lines whose MAC checks; a line a
+worker appends to the log file, or smuggles in through a value it reports, has no valid MAC.
+Workers started with `--start-method fork` share the launcher's memory (the default, spawn,
+does not): docs/launcher.md, "Facts channel".
 """
 
 from __future__ import annotations
 
 import json
 import math
+import secrets
 import signal
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from relaunch.restart_agent.facts import sign
+
 FACT_PREFIX = "fact: "  # after the cycle log's "[relaunch] "
 CYCLE_END_OUTCOMES = ("failed", "succeeded", "stopped")
+_KEY = secrets.token_bytes(32)  # this launcher process's fact key (memory only)
+
+
+def key() -> bytes:
+    """The key this launcher signs its fact lines with (never handed to a worker)."""
+    return _KEY
 
 
 def _clean(value: Any) -> Any:
@@ -30,7 +48,8 @@ def fact(kind: str, cycle: int, **fields: Any) -> str:
     """The text of one fact line (without the `[relaunch] ` prefix)."""
     body = {"fact": kind, "cycle": int(cycle)}
     body.update({k: _clean(v) for k, v in fields.items()})
-    return FACT_PREFIX + json.dumps(body, separators=(",", ":"), allow_nan=False, default=str)
+    text = json.dumps(body, separators=(",", ":"), allow_nan=False, default=str)
+    return FACT_PREFIX + sign(_KEY, text)
 
 
 def signal_name(exitcode: int) -> str | None:

@@ -18,6 +18,16 @@ section, or from its last progress report, whichever is latest (heartbeats do no
 it: a background heartbeat thread proves the process lives, not that it advances). With
 `--ft-calculate-timeouts` the monitor also records what it observes (`recorder`, see
 `launcher.timeouts_auto`).
+
+One rank cannot speak for another (docs/launcher.md, "Facts channel"): the socket has
+`SO_PASSCRED`, so the kernel attaches each datagram's sender pid, which no unprivileged
+process can forge. In an authenticated cycle (`start_cycle(monitor, authenticated=True)`)
+the launcher names its workers' pids (`set_workers`); a datagram counts only when its
+sender is a worker, or a descendant of one, whose rank is the `r` it claims. Datagrams
+that arrive before `set_workers` wait (bounded) and are judged once it is called, so the
+outcome does not depend on who was faster. Every field is typed and bounded here
+(`clean_message`): strings lose their line breaks and control characters, numbers out of
+range are dropped, before anything reaches a callback or the cycle log.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import tempfile
 import threading
 import time
@@ -37,6 +48,83 @@ ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
 _MAX_DGRAM = 65536
 _NOT_SAID = object()  # a message without "o" (an older client): its section is unknown
+KINDS = frozenset({"hello", "hb", "sec_start", "sec_end", "progress", "strag"})
+MAX_RANK = 10_000_000
+MAX_ITERATION = 2**62
+MAX_NAME_CHARS = 200  # a section name
+MAX_PATH_CHARS = 1024  # a checkpoint path
+MAX_PENDING = 10_000  # datagrams held until the cycle's worker pids are known
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# characters that end or hide a line (str.splitlines breaks on all of these) and controls
+_UNSAFE = {
+    cp: f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
+    for cp in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F,
+               *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}  # fmt: skip
+
+
+def clean_text(value: Any, limit: int) -> str | None:
+    """A worker-reported string as one safe line: controls and line separators escaped,
+    at most `limit` characters; None for a non-string or an empty one."""
+    if not isinstance(value, str) or not value:
+        return None
+    out = value[:limit].translate(_UNSAFE)[: limit * 2]
+    return out.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _int(value: Any, lo: int, hi: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        return None
+    return value
+
+
+def clean_message(msg: Any) -> dict[str, Any] | None:
+    """The typed, bounded form of one worker datagram, or None when it is not one.
+
+    Keeps `r` (rank), `c` (cycle), `k` (kind), `t` (float), `o` (open section or None),
+    `s` (section), `i` (iteration), `ckpt` (checkpoint path) and, for straggler
+    summaries, `n` and `sec` (validated by `launcher.straggler_scores`)."""
+    if not isinstance(msg, dict):
+        return None
+    rank = _int(msg.get("r"), 0, MAX_RANK)
+    cycle = _int(msg.get("c", -1), -1, 2**31)
+    kind = msg.get("k")
+    if rank is None or cycle is None or kind not in KINDS:
+        return None
+    out: dict[str, Any] = {"r": rank, "c": cycle, "k": kind}
+    t = msg.get("t")
+    if isinstance(t, float):
+        out["t"] = t
+    o = msg.get("o", _NOT_SAID)
+    if o is None or isinstance(o, str):  # anything else: the open section is not said
+        out["o"] = None if o is None else clean_text(o, MAX_NAME_CHARS)
+    s = clean_text(msg.get("s"), MAX_NAME_CHARS)
+    if s is not None:
+        out["s"] = s
+    if kind == "progress":
+        i = _int(msg.get("i"), 0, MAX_ITERATION)
+        if i is not None:
+            out["i"] = i
+        ckpt = clean_text(msg.get("ckpt"), MAX_PATH_CHARS)
+        if ckpt is not None:
+            out["ckpt"] = ckpt
+    elif kind == "strag":
+        n = _int(msg.get("n"), 0, 2**31)
+        if n is not None:
+            out["n"] = n
+        if "sec" in msg:
+            out["sec"] = msg["sec"]
+    return out
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid` (from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read(4096)
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -206,9 +294,17 @@ class HeartbeatServer:
         self._dir = tempfile.mkdtemp(prefix="relaunch-", dir=base)
         self.path = os.path.join(self._dir, "ft.sock")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._sock.bind(self.path)
+        os.chmod(self._dir, 0o700)
         self._sock.settimeout(0.2)
         self._monitor: RankMonitor | None = None
+        self._auth_lock = threading.RLock()  # held while one datagram is judged
+        self._authenticated = False
+        self._pids: dict[int, int] | None = None  # worker pid -> rank (None: not known yet)
+        self._pid_cache: dict[int, int | None] = {}
+        self._pending: list[tuple[bytes, int | None]] = []
+        self.rejected = 0  # datagrams refused: malformed, or a rank not the sender's
         self._on_progress = on_progress
         self._on_straggler = on_straggler
         self._closed = threading.Event()
@@ -216,18 +312,57 @@ class HeartbeatServer:
         self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
         self._thread.start()
 
-    def start_cycle(self, monitor: RankMonitor) -> None:
-        self._monitor = monitor
+    def start_cycle(self, monitor: RankMonitor, authenticated: bool = False) -> None:
+        """Judge datagrams for `monitor`'s cycle. `authenticated`: only the workers named
+        by `set_workers` (and their descendants) may speak, each for its own rank."""
+        with self._auth_lock:
+            self._monitor = monitor
+            self._authenticated = authenticated
+            self._pids = None
+            self._pid_cache = {}
+            self._pending = []
+
+    def set_workers(self, pids: dict[int, int]) -> None:
+        """The cycle's worker processes, pid -> global rank; judges the datagrams held."""
+        with self._auth_lock:  # held through the replay: later datagrams wait their turn
+            self._pids = dict(pids)
+            self._pid_cache = {}
+            pending, self._pending = self._pending, []
+            for data, pid in pending:
+                self._handle(data, pid)
 
     def _loop(self) -> None:
+        space = socket.CMSG_SPACE(_CREDS.size)
         while not self._closed.is_set():
             try:
-                data = self._sock.recv(_MAX_DGRAM)
+                data, anc, _flags, _addr = self._sock.recvmsg(_MAX_DGRAM, space)
             except TimeoutError:
                 continue
             except OSError:
                 return
-            self._handle(data)
+            pid = None
+            for level, kind, payload in anc:
+                creds = level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
+                if creds and len(payload) >= _CREDS.size:
+                    pid = _CREDS.unpack(payload[: _CREDS.size])[0]
+            self._handle(data, pid)
+
+    def _rank_of(self, pid: int, pids: dict[int, int]) -> int | None:
+        """The rank of worker `pid` or of the worker it descends from (cached per cycle)."""
+        if pid in self._pid_cache:
+            return self._pid_cache[pid]
+        rank, p = None, pid
+        for _ in range(32):
+            if p in pids:
+                rank = pids[p]
+                break
+            parent = parent_pid(p)
+            if parent is None or parent <= 1 or parent == os.getpid():
+                break
+            p = parent
+        if len(self._pid_cache) < 100_000:
+            self._pid_cache[pid] = rank
+        return rank
 
     def sync(self, timeout: float = 1.0) -> bool:
         """Return once every datagram sent before this call has been handled."""
@@ -243,22 +378,39 @@ class HeartbeatServer:
         self._synced.pop(token, None)
         return ok
 
-    def _handle(self, data: bytes) -> None:
+    def _handle(self, data: bytes, pid: int | None = None) -> None:
+        with self._auth_lock:
+            self._judge(data, pid)
+
+    def _judge(self, data: bytes, pid: int | None) -> None:
         try:
-            msg = json.loads(data)
-            if isinstance(msg, dict) and msg.get("k") == "sync":
-                event = self._synced.get(str(msg.get("token")))
+            raw = json.loads(data)
+        except (ValueError, RecursionError):
+            self.rejected += 1
+            return  # not ours or damaged: ignore, never crash the launcher
+        if isinstance(raw, dict) and raw.get("k") == "sync":
+            if pid is None or pid == os.getpid():  # only the launcher syncs
+                event = self._synced.get(str(raw.get("token")))
                 if event is not None:
                     event.set()
-                return
-            rank = int(msg["r"])
-            cycle = int(msg.get("c", -1))
-            kind = str(msg["k"])
-        except (ValueError, KeyError, TypeError):
-            return  # not ours or damaged: ignore, never crash the launcher
+            return
+        msg = clean_message(raw)
+        if msg is None:
+            self.rejected += 1
+            return
+        rank, cycle, kind = msg["r"], msg["c"], msg["k"]
         monitor = self._monitor
         if monitor is None or cycle != monitor.cycle:
             return  # a straggler of an earlier cycle
+        if self._authenticated:
+            pids = self._pids
+            if pids is None:  # workers not started yet: judge once their pids are known
+                if len(self._pending) < MAX_PENDING:
+                    self._pending.append((data, pid))
+                return
+            if pid is None or self._rank_of(pid, pids) != rank:
+                self.rejected += 1
+                return  # a process speaking for a rank it is not
         sent_at = msg.get("t")
         said = msg.get("o", _NOT_SAID)
         monitor.observe(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from relaunch.launcher.config import ConfigError, RunSettings
+from relaunch.launcher.config_values import rdzv_conf_numbers
 
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
 
@@ -73,7 +74,7 @@ def check_settings(settings: RunSettings) -> None:
     from torch.distributed.run import _parse_rendezvous_config
 
     try:
-        _parse_rendezvous_config(settings.rdzv_conf)
+        rdzv_conf_numbers(_parse_rendezvous_config(settings.rdzv_conf))
     except ValueError as exc:
         raise ConfigError(f"--rdzv-conf {settings.rdzv_conf!r}: {exc}") from None
     if settings.ft_attribution_endpoint != "embedded":

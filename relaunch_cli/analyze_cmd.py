@@ -132,7 +132,7 @@ def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
         repo.close()
     engine.close()
     if args.format == "json":
-        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_for_terminal(json.dumps(out, ensure_ascii=False)) + "\n")
     else:
         sys.stdout.write(safe_text(format_text(out)))
     return 0
@@ -163,6 +163,22 @@ def _enrich(
         if enriched.get("decision") != verdict.get("decision"):
             repo.save_verdict(args.job_id, cycle, enriched)
     return enriched
+
+
+# in JSON text (ensure_ascii=False), the characters that are still unsafe on a terminal
+# or in a line-oriented reader: C1 controls, bidi controls, line/paragraph separators
+_JSON_UNSAFE = {
+    cp: f"\\u{cp:04x}"
+    for cp in (*range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F),
+               *range(0x2066, 0x206A))
+}  # fmt: skip
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text with those characters (and lone surrogates) as `\\uXXXX` escapes: the
+    same JSON value, nothing a terminal acts on (issue 26, item 11)."""
+    out = text.translate(_JSON_UNSAFE).encode("utf-8", "backslashreplace").decode("utf-8")
+    return out
 
 
 def _ranks(ranks: list[int], limit: int = 8) -> str:

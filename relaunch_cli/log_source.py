@@ -185,6 +185,21 @@ class _Reader:
                 return
 
 
+MAX_BYTES_ENV = "RELAUNCH_ANALYZE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 16 << 30
+
+
+def max_input_bytes() -> int:
+    """The most bytes of text `relaunch analyze` reads (stdin, decompressed gzip):
+    $RELAUNCH_ANALYZE_MAX_BYTES, default 16 GiB; past it the verdict is made on what was
+    read and a warning says so."""
+    try:
+        value = int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+    return value if value > 0 else DEFAULT_MAX_BYTES
+
+
 def read_log(
     path: str, *, hash_log: bool, allow_binary: bool = False, spool: bool = False
 ) -> ReadLog:
@@ -202,7 +217,12 @@ def read_log(
             st = os.fstat(raw.fileno())
             total = st.st_size if stat.S_ISREG(st.st_mode) else None
         except (OSError, ValueError, AttributeError):
-            pass
+            st = None
+        if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)
+                                   or stat.S_ISSOCK(st.st_mode)):  # fmt: skip
+            # refused before reading: /dev/zero never ends, a directory cannot be read
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device"
+            raise UserError(f"stdin is {kind}, not a log", EXIT_BAD_INPUT)
     else:
         raw = open_regular(path)
         total = os.fstat(raw.fileno()).st_size
@@ -232,7 +252,15 @@ def read_log(
         plain = not stdin and not reader.compressed
         if spool and not plain:
             copy = tempfile.NamedTemporaryFile(prefix="relaunch-log-", delete=False)  # noqa: SIM115
+        limit = max_input_bytes()
         for data in itertools.chain((head,), chunks):
+            if size + len(data) > limit:  # a stream without end: decide on what was read
+                data = data[: limit - size]
+                reader.problem = (
+                    f"input longer than {limit} bytes (${MAX_BYTES_ENV}); the rest was not read"
+                )
+                if not data:
+                    break
             size += len(data)
             scanner.feed(data)
             if copy is not None:

@@ -115,6 +115,37 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="with --token-file: let browsers read the dashboard pages (GET /, /jobs, /search, "
         "/static) without the token; the API and /logs still require it",
     )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host header name the service answers to, besides the bound address, "
+        "localhost names and loopback addresses (repeatable; '*' turns the check off). Other "
+        "Host headers get 421 (DNS rebinding)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=bounded_float(0.1, 3600),
+        default=10.0,
+        metavar="S",
+        help="close a connection whose request headers are not complete within S seconds",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=bounded_float(0.1, 3600),
+        default=60.0,
+        metavar="S",
+        help="answer 408 when a piece of a request body takes longer than S seconds",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=bounded_int(1, 1_000_000),
+        default=1000,
+        metavar="N",
+        help="concurrent connections and requests before new requests get 503 (the "
+        "descriptor limit is raised to fit where the system allows)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_policy_arguments(p)
     llm_options.add_arguments(p)
@@ -198,6 +229,10 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         rate_limit_burst=args.rate_burst,
         max_pending_analyses=args.max_pending,
         analysis_workers=args.workers,
+        bind_host=None if args.uds else args.host,
+        # a Unix socket is out of a browser's reach: no Host check there
+        allowed_hosts=["*"] if args.uds else list(args.allowed_host),
+        body_timeout_s=args.body_timeout,
         analysis_timeout_s=args.analysis_timeout,
         progressive_poll_s=args.poll_interval,
         dashboard=not args.no_dashboard,
@@ -220,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
         "relaunch.web",
     ):
         logging.getLogger(name).setLevel(level)
+    from relaunch.attribution.service.guards import GuardedH11, install_log_limits
+
+    install_log_limits()  # no traceback floods (descriptor exhaustion, probes)
     settings = settings_from_args(args)
     _use_audit_key(args.audit_hmac_key_file)
     if settings.audit_dir is not None:
@@ -243,8 +281,11 @@ def run(args: argparse.Namespace) -> int:
         access_log=args.log_level == "debug",
         timeout_graceful_shutdown=5,
         timeout_keep_alive=30,  # pollers reuse connections; don't race the idle close
-        limit_concurrency=None,
+        limit_concurrency=args.max_connections,
+        http=GuardedH11,  # request headers within --header-timeout
     )
+    GuardedH11.header_timeout = args.header_timeout
+    _raise_fd_limit(args.max_connections)
     server = uvicorn.Server(config)
     if sock is not None:
         print(f"relaunch serve: listening on unix://{args.uds}", flush=True)
@@ -256,6 +297,21 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(args.uds)
     return 0 if server.started else 1
+
+
+def _raise_fd_limit(connections: int) -> None:
+    """Raise the soft descriptor limit towards the hard one so that --max-connections
+    connections fit with room for the database, logs and analyses."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = connections + 256
+        if soft != resource.RLIM_INFINITY and soft < want:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _use_audit_key(path: str | None) -> None:

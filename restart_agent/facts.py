@@ -10,12 +10,26 @@ line (bad JSON, wrong types, numbers out of bounds) is ignored, never a crash.
 `FactCollector.line(text, lineno)` takes a decoded line; `result()` gives `LauncherFacts`
 (None when the log held no fact). Several nodes' facts may share one log: exits, hangs and
 iterations are merged, the duration is the longest.
+
+Signed facts (docs/launcher.md, "Facts channel"): the launcher ends each fact's JSON with
+`"mac":"<32 hex>"`, HMAC-SHA256 (first 128 bits) of the JSON text before that field (closed
+with `}`), keyed with a key only the launcher process holds. Inside `verifying(keys)` (a
+context variable, so one thread's analysis does not change another's) a `FactCollector`
+trusts only lines whose MAC checks under one of `keys`; the rest are counted in `forged`
+and ignored. Outside it (a log analysed without its launcher, `relaunch analyze FILE`)
+lines are trusted by their prefix, as before.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from relaunch.restart_agent.model import LauncherFacts, ProcessExit
@@ -38,6 +52,49 @@ SIGNALS = {
     13: "SIGPIPE",
     15: "SIGTERM",
 }
+
+
+MAC_CHARS = 32
+_MAC_TAIL = re.compile(r',"mac":"([0-9a-f]{32})"\}$')
+_KEYS: ContextVar[tuple[bytes, ...] | None] = ContextVar("relaunch_fact_keys", default=None)
+
+
+def mac(key: bytes, body: str) -> str:
+    """The MAC of one fact's JSON text `body` (without the mac field)."""
+    return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()[:MAC_CHARS]
+
+
+def sign(key: bytes, body: str) -> str:
+    """`body` (a compact JSON object) with its `"mac"` field appended."""
+    if not body.endswith("}"):
+        raise ValueError("a fact is a JSON object")
+    sep = "," if body != "{}" else ""
+    return f'{body[:-1]}{sep}"mac":"{mac(key, body)}"}}'
+
+
+def verified(body: str, keys: Iterable[bytes]) -> bool:
+    """True when the JSON text `body` ends with a `"mac"` that checks under one of `keys`."""
+    m = _MAC_TAIL.search(body)
+    if m is None:
+        return False
+    signed = body[: m.start()] + "}"
+    got = m.group(1)
+    return any(hmac.compare_digest(mac(k, signed), got) for k in keys)
+
+
+@contextmanager
+def verifying(keys: Iterable[bytes]) -> Iterator[None]:
+    """Within this block (this thread / task), only fact lines signed with `keys` count."""
+    token = _KEYS.set(tuple(keys))
+    try:
+        yield
+    finally:
+        _KEYS.reset(token)
+
+
+def trusted_keys() -> tuple[bytes, ...] | None:
+    """The keys facts must be signed with here, or None (facts trusted by prefix)."""
+    return _KEYS.get()
 
 
 def signal_name(exitcode: int | None) -> str | None:
@@ -76,9 +133,12 @@ def _ranks(v: Any) -> list[int]:
     return sorted(out)
 
 
-def parse_fact(text: str) -> dict[str, Any] | None:
-    """The JSON object of a fact line, or None when `text` is not a well-formed fact."""
+def parse_fact(text: str, keys: tuple[bytes, ...] | None = None) -> dict[str, Any] | None:
+    """The JSON object of a fact line, or None when `text` is not a well-formed fact (or,
+    with `keys`, not signed with one of them)."""
     if not text.startswith(PREFIX) or len(text) > MAX_FACT_CHARS:
+        return None
+    if keys is not None and not verified(text[len(PREFIX) :], keys):
         return None
     try:
         obj = json.loads(text[len(PREFIX) :])
@@ -94,6 +154,8 @@ class FactCollector:
 
     def __init__(self) -> None:
         self.count = 0
+        self.keys = trusted_keys()  # None: trust by prefix; else only these signatures
+        self.forged = 0  # lines with the fact prefix whose signature did not check
         self.cycle: int | None = None
         self.world_size: int | None = None
         self.exits: list[ProcessExit] = []
@@ -110,8 +172,10 @@ class FactCollector:
 
     def line(self, text: str, lineno: int) -> bool:
         """Take one decoded line (no newline); True when it was a well-formed fact."""
-        obj = parse_fact(text)
+        obj = parse_fact(text, self.keys)
         if obj is None:
+            if self.keys is not None and text.startswith(PREFIX):
+                self.forged += 1
             return False
         handler = getattr(self, "_" + obj["fact"], None)
         if handler is None or obj["fact"].startswith("_"):

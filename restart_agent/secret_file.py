@@ -10,33 +10,26 @@ OS errors to the caller (the LLM key file maps them to its own messages). Used b
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
+
+from relaunch.restart_agent import safe_files
+from relaunch.restart_agent.safe_files import NotRegularFile
 
 MAX_TOKEN_BYTES = 4096
+__all__ = ["MAX_TOKEN_BYTES", "NotRegularFile", "TokenFileError", "read_regular_bounded"]
 
 
 class TokenFileError(ValueError):
     """A token file that cannot be used (the message names the option and why)."""
 
 
-class NotRegularFile(OSError):
-    """The path names a FIFO, a device, a socket or a directory."""
-
-
 def read_regular_bounded(path: str, limit: int = MAX_TOKEN_BYTES) -> bytes:
-    """At most `limit` + 1 bytes of a regular file (a longer file is the caller's error).
+    """At most `limit` + 1 bytes of a regular file (a longer file is the caller's error),
+    opened through the one file-safety path (`restart_agent.safe_files.open_regular`).
 
     Raises FileNotFoundError / PermissionError / IsADirectoryError / NotRegularFile."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    fd = safe_files.open_regular(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, "not a regular file", path)
         parts: list[bytes] = []
         total = 0
         while total <= limit and (chunk := os.read(fd, limit + 1 - total)):

@@ -21,12 +21,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from relaunch.storage.db import StorageError, default_url, relaunch_home
+    from relaunch.storage.db import StorageError, StorageUnavailable, default_url, relaunch_home
     from relaunch.storage.records import CycleRecord, JobRecord
     from relaunch.storage.repository import HistoryRepository
 
 _LAZY = {
     "StorageError": "relaunch.storage.db",
+    "StorageUnavailable": "relaunch.storage.db",
     "default_url": "relaunch.storage.db",
     "relaunch_home": "relaunch.storage.db",
     "make_engine": "relaunch.storage.db",
@@ -50,6 +51,7 @@ __all__ = [
     "HistoryRepository",
     "JobRecord",
     "StorageError",
+    "StorageUnavailable",
     "default_url",
     "open_repository",
     "relaunch_home",

@@ -30,6 +30,11 @@ class StorageError(Exception):
     """The database cannot be used as asked: bad URL, unreachable server, unwritable file."""
 
 
+class StorageUnavailable(StorageError):
+    """The database cannot keep a write now (its file deleted or replaced, the disk full,
+    the directory read-only): the service answers 503 and acknowledges nothing."""
+
+
 def relaunch_home() -> Path:
     """`$RELAUNCH_HOME`, or `~/.relaunch`."""
     home = os.environ.get("RELAUNCH_HOME")

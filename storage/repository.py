@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from relaunch.restart_agent.model import Decision, JobState
 from relaunch.storage import job_id as job_id_rule
-from relaunch.storage.db import StorageError, writer
+from relaunch.storage.db import StorageError, StorageUnavailable, writer
 from relaunch.storage.models import AlertClaim, Cycle, EvidenceRow, Job
 from relaunch.storage.records import CycleRecord, JobRecord, as_utc
 
@@ -107,6 +108,58 @@ def _str_or_none(value: Any, limit: int | None = None) -> str | None:
     return text[:limit] if limit else text
 
 
+MIN_FREE_BYTES = 1 << 20  # below this, writes are refused before SQLite fails mid-way
+_FAULTS = ("disk is full", "readonly", "read-only", "disk i/o error", "unable to open")
+
+
+def _is_storage_fault(exc: Exception) -> bool:
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(f in text for f in _FAULTS)
+
+
+class DatabaseFile:
+    """The SQLite file a repository opened: its (device, inode), checked before and after
+    writes. None for PostgreSQL and in-memory SQLite."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        st = os.stat(self.path)
+        self.identity = (st.st_dev, st.st_ino)
+
+    @classmethod
+    def of(cls, engine: Engine) -> DatabaseFile | None:
+        url = engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return None
+        try:
+            return cls(str(url.database))
+        except OSError:
+            return None
+
+    def check(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StorageUnavailable(
+                f"database file {self.path} was deleted under the service; restart it"
+            ) from None
+        except OSError as exc:
+            raise StorageUnavailable(f"database file {self.path}: {exc.strerror}") from None
+        if (st.st_dev, st.st_ino) != self.identity:
+            raise StorageUnavailable(
+                f"database file {self.path} was replaced under the service; restart it"
+            )
+        parent = os.path.dirname(self.path)
+        if not os.access(parent, os.W_OK) or not os.access(self.path, os.W_OK):
+            raise StorageUnavailable(f"database directory {parent} is not writable")
+        try:
+            vfs = os.statvfs(parent)
+        except OSError:
+            return
+        if vfs.f_bavail * vfs.f_frsize < MIN_FREE_BYTES:
+            raise StorageUnavailable(f"disk full: under {MIN_FREE_BYTES} bytes free at {parent}")
+
+
 class HistoryRepository:
     """Jobs, cycles and verdicts. Thread-safe; share one per process."""
 
@@ -117,6 +170,7 @@ class HistoryRepository:
         self.max_cycles_per_job = int(max_cycles_per_job)
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write = sessionmaker(writer(engine), expire_on_commit=False)
+        self._file = DatabaseFile.of(engine)  # SQLite: the file this repository opened
 
     # -- sessions (for storage/ query modules built on the models) -----------------------
 
@@ -135,17 +189,41 @@ class HistoryRepository:
     def close(self) -> None:
         self.engine.dispose()
 
+    def check_durable(self) -> None:
+        """Raise `StorageUnavailable` when a write could not be kept: the SQLite file this
+        repository opened was deleted or replaced, its directory is not writable, the disk
+        is (nearly) full, or a `PRAGMA` probe fails. Cheap (a few syscalls); /healthz and
+        every write call it."""
+        if self._file is not None:
+            self._file.check()
+            try:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA schema_version").fetchone()
+            except OperationalError as exc:
+                raise StorageUnavailable(f"database probe failed: {_short(exc)}") from exc
+
     def _write_retrying(self, fn: Callable[[Session], T], attempts: int = 5) -> T:
-        """Run `fn` in a write transaction; retry on a lost insert race (PostgreSQL)."""
+        """Run `fn` in a write transaction; retry on a lost insert race (PostgreSQL).
+
+        Nothing is acknowledged that is not durable: the database file is checked before
+        and after the commit (`check_durable`); a write to a deleted file, a full disk or a
+        read-only directory raises `StorageUnavailable` instead of returning."""
+        if self._file is not None:
+            self._file.check()
         for attempt in range(attempts):
             try:
                 with self._write.begin() as session:
-                    return fn(session)
+                    result = fn(session)
+                if self._file is not None:
+                    self._file.check()  # the commit went to the file we opened
+                return result
             except IntegrityError:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.01 * (attempt + 1))
             except OperationalError as exc:
+                if _is_storage_fault(exc):
+                    raise StorageUnavailable(f"database cannot be written: {_short(exc)}") from exc
                 raise StorageError(f"database error: {_short(exc)}") from exc
         raise AssertionError("unreachable")
 
@@ -224,6 +302,41 @@ class HistoryRepository:
             return _cycle_record(row, job_id, with_evidence=False)
 
         return self._write_retrying(op)
+
+    def log_conflict(
+        self,
+        job_id: str,
+        cycle: int,
+        *,
+        log_path: str | None,
+        sha256: str | None = None,
+        appending: bool = False,
+        node: str | None = None,
+    ) -> str | None:
+        """The append-only rule, in one place: why a log for (job, cycle, node) may not be
+        stored now, or None.
+
+        A cycle that has a verdict keeps the log it was decided on: different bytes
+        (`sha256` differs from the stored digest), an append, or, when no digest is given,
+        a log at another path is a conflict. The same log again (the same bytes, a
+        re-registration of the same path) is not. A log of another node for the same cycle is not a re-upload (`node` given
+        and the stored cycle names a different node)."""
+        job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
+        rec = self.get_cycle(job_id, cycle)
+        if rec is None or rec.decision is None:
+            return None
+        if node is not None and rec.node is not None and str(rec.node) != str(node):
+            return None
+        what = f"cycle {cycle} of job {job_id!r} already has a stored log and verdict"
+        if appending:
+            return f"{what}; appending to it is refused (history is append-only)"
+        if sha256 is not None and rec.log_sha256 is not None:  # the bytes decide
+            if rec.log_sha256 == sha256:
+                return None
+            return f"{what}; a different upload is refused (history is append-only)"
+        if log_path is not None and rec.log_path is not None and rec.log_path != log_path:
+            return f"{what} (log {rec.log_path}); a log at another path is refused"
+        return None
 
     def save_verdict(
         self,

@@ -112,13 +112,16 @@ FACT_PREFIX = "[relaunch] fact: "
 
 
 def facts_of(text: str, kind: str) -> list[dict]:
-    """The launcher facts of one kind in a cycle log's text, in order."""
+    """The launcher facts of one kind in a cycle log's text, in order; each must be signed
+    (a 32-hex `mac`, issue 26), which is checked and left out of the result."""
     import json
 
     out = []
     for line in text.splitlines():
         if line.startswith(FACT_PREFIX):
             body = json.loads(line[len(FACT_PREFIX) :])
+            mac = body.pop("mac", "")
+            assert len(mac) == 32 and all(c in "0123456789abcdef" for c in mac), line
             if body["fact"] == kind:
                 out.append(body)
     return out

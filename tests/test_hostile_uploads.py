@@ -183,7 +183,8 @@ def test_fuzzed_uploads_get_a_verdict_or_a_one_line_4xx(service_factory):
             if close_early:
                 declared = len(body) + rng.randrange(1, 1000)
             head = (
-                f"POST /v1/jobs/keep/cycles/0/log HTTP/1.1\r\nHost: x\r\n"
+                f"POST /v1/jobs/keep/cycles/0/log HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/octet-stream\r\n"  # the Host and cross-site guards
                 f"Content-Length: {declared}\r\nConnection: close\r\n\r\n"
             ).encode()
             out = _raw(svc, head, body, close_early)

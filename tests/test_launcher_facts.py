@@ -10,13 +10,17 @@ from pathlib import Path
 
 from relaunch.launcher import facts
 from relaunch.launcher.jobwide import Proposal, agree, next_cycle_in
+from relaunch.restart_agent.facts import verified
 
 
 def _body(line: str) -> dict:
     assert line.startswith("fact: {")
     text = line[len("fact: ") :]
     assert " " not in text.replace('"sleep 1"', "")  # compact JSON
-    return json.loads(text)
+    assert verified(text, [facts.key()])  # signed by this launcher process (issue 26)
+    body = json.loads(text)
+    del body["mac"]
+    return body
 
 
 def test_fact_lines_are_compact_json_with_kind_and_cycle_first() -> None:

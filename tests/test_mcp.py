@@ -186,7 +186,7 @@ def test_bad_arguments_are_tool_errors(world: dict[str, Any]) -> None:
     assert "must be absolute" in texts[6]
     assert "outside the allowed roots" in texts[7]
     assert "must not contain '..'" in texts[8]
-    assert "resolves outside the allowed roots" in texts[9]  # symlink escape
+    assert "symlink (refused)" in texts[9]  # any symlink below the root (issue 26)
     assert "no such file" in texts[10]
     assert "paths" in texts[11]
     assert "outside the allowed roots" in texts[12]
@@ -217,7 +217,7 @@ def test_analyze_fr_dumps_names_the_culprit(world: dict[str, Any]) -> None:
     assert by_dir.structured_content["culprit_ranks"] == [2]
     assert by_dir.structured_content["files"] == 4
     assert by_file.structured_content["culprit_ranks"] == [2]
-    assert "resolves outside the allowed roots" in error_text(escape)
+    assert "symlink (refused)" in error_text(escape)
 
 
 def test_analyze_log_uses_history_and_saves_only_when_asked(world: dict[str, Any]) -> None:

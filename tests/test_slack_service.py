@@ -47,7 +47,9 @@ def test_stop_verdict_from_the_service_reaches_slack(tmp_path) -> None:
 
 def test_a_restarted_service_does_not_alert_the_same_stop_again(tmp_path) -> None:
     """The STOP of cycle 2 is alerted; the service restarts on the same database and cycle
-    2 is analysed again (its log grew): no second message. A new cycle's STOP alerts."""
+    2 is analysed again (the same log uploaded again): no second message. A new cycle's
+    STOP alerts. (A grown log for the decided cycle is refused since issue 26: history is
+    append-only.)"""
     logs = write_job_logs(tmp_path / "gen")
     stop_log = logs[2].read_bytes()
     db = f"sqlite:///{tmp_path / 'shared.db'}"
@@ -58,7 +60,14 @@ def test_a_restarted_service_does_not_alert_the_same_stop_again(tmp_path) -> Non
             assert upload(svc, "job-r", 2, stop_log)["decision"] == "STOP"
             assert len(slack.wait_for(1, timeout=30)) == 1
         with running_service(tmp_path, extra_args=args, env=env, db_url=db, name="b") as svc:
-            again = upload(svc, "job-r", 2, stop_log + b"[relaunch] late line\n")
+            with svc.client() as c:
+                grown = c.post(
+                    "/v1/jobs/job-r/cycles/2/log",
+                    content=stop_log + b"[relaunch] late line\n",
+                    headers={"Content-Type": "application/octet-stream"},
+                )
+            assert grown.status_code == 409, grown.text
+            again = upload(svc, "job-r", 2, stop_log)
             assert again["decision"] == "STOP" and again["scan"]["lines"] > 0
             assert upload(svc, "job-r", 3, stop_log)["decision"] == "STOP"
             msgs = slack.wait_for(2, timeout=30)

@@ -17,7 +17,9 @@ can rewrite it.
 checks the top-level copies against the verdict, recomputes the verdict from the recorded
 inputs and lists every difference; `relaunch audit FILE` prints them and exits 1 when
 there is one. A file that is not a usable artifact (not a regular file, over 64 MiB, not
-JSON, wrong shape or types) raises `AuditFormatError` (exit 2).
+JSON, a key twice in one object, a number not spelled as the writer spells it, wrong shape
+or types) raises `AuditFormatError` (exit 2): the document verified is the one every reader
+sees (`parse_strict`), and the digest is recomputed from its canonical form.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import math
 import os
 import platform
 import re
-import stat
 import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relaunch.attribution.core.files import safe_name, write_json_atomic
+from relaunch.restart_agent import safe_files
 from relaunch.restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle, Verdict
 
 if TYPE_CHECKING:
@@ -122,32 +124,23 @@ def key_from_env() -> bytes | None:
 
 
 def open_regular(path: str | os.PathLike[str]) -> int:
-    """A descriptor of `path` opened without blocking; a non-regular file is ValueError."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    """A descriptor of `path` opened without blocking (`restart_agent.safe_files`); a
+    non-regular file is ValueError."""
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(21, "Is a directory", os.fspath(path))
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file (a FIFO, device or socket)")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return safe_files.open_regular(path)
+    except safe_files.NotRegularFile:
+        raise ValueError("not a regular file (a FIFO, device or socket)") from None
 
 
 def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
-    """All of a regular file, at most `limit` bytes counted as read (else ValueError)."""
+    """All of a regular file, refused (ValueError) before reading when over `limit` bytes."""
     fd = open_regular(path)
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        parts, total = [], 0
-        while chunk := fh.read(min(_CHUNK, limit + 1 - total)):
-            parts.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise ValueError(f"larger than {limit} bytes")
-    return b"".join(parts)
+    try:
+        return safe_files.read_fd_bounded(fd, limit, os.fspath(path))
+    except safe_files.TooLarge:
+        raise ValueError(f"larger than {limit} bytes") from None
+    finally:
+        os.close(fd)
 
 
 def software_version() -> str:
@@ -336,6 +329,56 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with each key once: a duplicate is refused (parsers disagree on which of
+    two values counts, so a verifier and a reader could see different documents)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key[:80]!r}")
+        if _has_surrogate(key):
+            raise ValueError("a key holds a lone surrogate (not UTF-8)")
+        if isinstance(value, str) and _has_surrogate(value):
+            raise ValueError(f"the value of {key[:80]!r} holds a lone surrogate (not UTF-8)")
+        out[key] = value
+    return out
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _canonical_float(text: str) -> float:
+    """A float written as the writer writes it (`repr`): other spellings of a number
+    (`1.50`, `1e2`, 30 digits that round) are refused, the text is what was signed."""
+    value = float(text)
+    if not math.isfinite(value) or json.dumps(value) != text:
+        raise ValueError(f"non-canonical number {text[:40]!r}")
+    return value
+
+
+def _canonical_int(text: str) -> int:
+    if len(text) > 20 or str(int(text)) != text:
+        raise ValueError(f"non-canonical integer {text[:40]!r}")
+    return int(text)
+
+
+def parse_strict(text: str) -> Any:
+    """JSON as an audit artifact must be: each key once per object, numbers spelled as
+    the writer spells them, no NaN/Infinity, no lone surrogates. ValueError otherwise."""
+    return json.loads(
+        text,
+        object_pairs_hook=_unique_keys,
+        parse_float=_canonical_float,
+        parse_int=_canonical_int,
+        parse_constant=_reject_constant,
+    )
+
+
 def load_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = read_regular(path, MAX_ARTIFACT_BYTES)
@@ -350,7 +393,7 @@ def load_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as exc:
         raise AuditFormatError(f"{path}: {exc}") from None
     try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+        doc = parse_strict(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise AuditFormatError(f"not a JSON audit artifact: {path} ({exc})") from None
     except RecursionError:

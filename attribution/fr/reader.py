@@ -573,6 +573,9 @@ def _read_regular(path: str) -> bytes:
         if not stat.S_ISREG(mode):
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or directory"
             raise DumpError(f"not a regular file ({kind})")
+        size = os.fstat(fd).st_size
+        if size > MAX_DUMP_BYTES:  # refused before a byte is read
+            raise DumpError(f"file is over the {MAX_DUMP_BYTES}-byte limit ({size} bytes)")
         parts: list[bytes] = []
         total = 0
         while chunk := fh.read(min(_READ_CHUNK, MAX_DUMP_BYTES + 1 - total)):

@@ -23,10 +23,10 @@ when a token is set.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,6 +38,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from relaunch.attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
+from relaunch.restart_agent import safe_files
 from relaunch.web.advice import next_step
 
 INSTRUCTIONS = """\
@@ -178,22 +179,46 @@ def confine(raw: str, roots: Sequence[Path], *, allow_dir: bool = False) -> Path
     lexical = os.path.normpath(raw)
     if not any(_within(lexical, r) for r in roots):
         raise ToolError(f"path is outside the allowed roots: {raw!r}")
-    real = os.path.realpath(lexical)
-    if not any(_within(real, r) for r in roots):
-        raise ToolError(f"path resolves outside the allowed roots: {raw!r}")
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        raise ToolError(f"no such file: {raw!r}") from None
-    except OSError as exc:
-        raise ToolError(f"cannot access {raw!r}: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode) and allow_dir:
-        return Path(real)
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(f"not a regular file: {raw!r}")
-    if not os.access(real, os.R_OK):
-        raise ToolError(f"not readable: {raw!r}")
-    return Path(real)
+    if allow_dir:
+        try:
+            root, parts = safe_files.split_under_root(lexical, roots)
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for part in parts:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            os.close(fd)
+            return Path(lexical)
+        except NotADirectoryError:
+            pass  # a file: checked below
+        except OSError as exc:
+            raise _tool_error(exc, raw) from None
+    try:  # the walk every read makes (restart_agent.safe_files): no symlink below the root
+        os.close(safe_files.open_confined(lexical, roots))
+    except (OSError, ValueError) as exc:
+        raise _tool_error(exc, raw) from None
+    return Path(lexical)
+
+
+def _tool_error(exc: Exception, raw: str) -> ToolError:
+    """One line per refusal of the file-safety path."""
+    if isinstance(exc, safe_files.OutsideRoot):
+        return ToolError(f"path is outside the allowed roots: {raw!r}")
+    if isinstance(exc, (safe_files.SymlinkRefused, OSError)) and getattr(exc, "errno", 0) in (
+        errno.ELOOP,
+        errno.ENOTDIR,
+        errno.EMLINK,
+    ):
+        return ToolError(f"a component of the path is a symlink (refused): {raw!r}")
+    if isinstance(exc, (safe_files.NotRegularFile, IsADirectoryError)):
+        return ToolError(f"not a regular file: {raw!r}")
+    if isinstance(exc, FileNotFoundError):
+        return ToolError(f"no such file: {raw!r}")
+    if isinstance(exc, PermissionError):
+        return ToolError(f"not readable: {raw!r}")
+    if isinstance(exc, OSError):
+        return ToolError(f"cannot access {raw!r}: {exc.strerror or exc}")
+    return ToolError(f"invalid path {raw!r}: {exc}")
 
 
 def _dict(record: Any) -> dict[str, Any]:
@@ -333,14 +358,19 @@ class _Tools:
         from relaunch.attribution.core.engine import AttributionEngine
 
         known = job_id is not None and cycle is not None
-        engine = AttributionEngine(self.repo if known else None)
+        roots = self.roots
+        engine = AttributionEngine(  # every read of the log walks from the root again
+            self.repo if known else None, opener=lambda p: safe_files.open_confined(p, roots)
+        )
         try:
             prior = len(engine.history(job_id, cycle))
             verdict = engine.analyze_cycle(job_id, cycle, str(real), persist=save)
+        except safe_files.FileSafetyError as exc:
+            raise _tool_error(exc, path) from None
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         except OSError as exc:
-            raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+            raise _tool_error(exc, path) from None
         finally:
             engine.close()
         return LogAnalysis(

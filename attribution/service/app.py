@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relaunch.attribution.service import routes_end, routes_nvrx, routes_v1
 from relaunch.attribution.service.errors import install_handlers
+from relaunch.attribution.service.guards import default_allowed_hosts
 from relaunch.attribution.service.limits import LimitsMiddleware
 from relaunch.attribution.service.settings import ServiceSettings
 from relaunch.attribution.service.state import ServiceState
@@ -77,6 +78,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         max_body=settings.max_body_bytes,
         max_upload=settings.max_upload_bytes,
         dashboard_public=settings.dashboard_public,
+        allowed_hosts=default_allowed_hosts(settings.bind_host, settings.allowed_hosts),
+        body_timeout=settings.body_timeout_s,
     )
     return app
 

@@ -3,7 +3,9 @@
 `confine()` (paths.py) checks a path when a client names it; the file is read later
 (terminal analysis, a node-health report or FR upload that re-decides the cycle), and by
 then a directory on the path may have been swapped for a symlink to somewhere else.
-`open_confined` therefore re-checks at every read, on the file descriptors themselves:
+`open_confined` therefore re-checks at every read, on the file descriptors themselves,
+through the one file-safety path (`restart_agent.safe_files`, shared with MCP, FR, audit,
+the funnel and secret files):
 
 - it walks from the root that lexically contains the path, one component at a time,
   `os.open(component, O_DIRECTORY | O_NOFOLLOW, dir_fd=parent)` (an `openat` walk), so
@@ -20,44 +22,27 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from relaunch.attribution.service.errors import ApiError
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _split(path: str, roots: Sequence[Path]) -> tuple[Path, list[str]]:
-    """The root containing `path` lexically (the longest) and the components below it."""
-    if not os.path.isabs(path) or "\x00" in path:
-        raise ApiError("invalid_path", f"not an absolute path: {path!r}")
-    lexical = os.path.normpath(path)
-    best: tuple[Path, list[str]] | None = None
-    for root in roots:
-        rel = os.path.relpath(lexical, root)
-        if rel == "." or rel == ".." or rel.startswith(".." + os.sep):
-            continue
-        parts = rel.split(os.sep)
-        if best is None or len(parts) < len(best[1]):
-            best = (root, parts)
-    if best is None:
-        raise ApiError("outside_allowed_root", f"path is outside the allowed roots: {path!r}")
-    return best
+from relaunch.restart_agent import safe_files
 
 
 def _error(exc: OSError, path: str) -> ApiError:
-    if exc.errno == errno.ENOENT:
-        return ApiError("not_found", f"log file not found: {path!r}")
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+    if isinstance(exc, safe_files.OutsideRoot):
+        return ApiError("outside_allowed_root", f"path is outside the allowed roots: {path!r}")
+    if isinstance(exc, safe_files.SymlinkRefused):
         return ApiError(
             "outside_allowed_root",
             f"a component of the path is a symlink or not a directory: {path!r}",
         )
+    if isinstance(exc, (safe_files.NotRegularFile, IsADirectoryError)):
+        return ApiError("not_regular_file", f"not a regular file: {path!r}")
+    if exc.errno == errno.ENOENT:
+        return ApiError("not_found", f"log file not found: {path!r}")
     if exc.errno in (errno.EACCES, errno.EPERM):
         return ApiError("unreadable", f"log file is not readable: {path!r}")
     return ApiError("invalid_path", f"cannot open {path!r}: {exc.strerror}")
@@ -65,32 +50,14 @@ def _error(exc: OSError, path: str) -> ApiError:
 
 def open_confined(path: str | os.PathLike[str], roots: Sequence[Path]) -> int:
     """A read-only descriptor of the regular file `path`, reached from a root without
-    following any symlink. The caller closes it."""
+    following any symlink (`restart_agent.safe_files.open_confined`). The caller closes it."""
     raw = os.fspath(path)
-    root, parts = _split(raw, roots)
     try:
-        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the root itself is the operator's
+        return safe_files.open_confined(raw, roots)
+    except ValueError:
+        raise ApiError("invalid_path", f"not an absolute path: {raw!r}") from None
     except OSError as exc:
         raise _error(exc, raw) from None
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-    except OSError as exc:
-        raise _error(exc, raw) from None
-    finally:
-        os.close(fd)
-    try:
-        st = os.fstat(leaf)
-        if not stat.S_ISREG(st.st_mode):
-            raise ApiError("not_regular_file", f"not a regular file: {raw!r}")
-        os.set_blocking(leaf, True)
-    except BaseException:
-        os.close(leaf)
-        raise
-    return leaf
 
 
 @contextmanager

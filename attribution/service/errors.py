@@ -5,6 +5,7 @@ NVRx attrsvc clients parse exactly this shape; the codes below are the stable se
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -24,15 +25,21 @@ ERROR_STATUS: dict[str, int] = {
     "not_regular_file": 400,
     "unauthorized": 401,
     "outside_allowed_root": 403,
+    "cross_site_refused": 403,
     "unreadable": 403,
     "not_found": 404,
     "not_submitted": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
+    "conflict": 409,
+    "cycle_being_analysed": 409,
     "payload_too_large": 413,
+    "host_not_allowed": 421,
     "malformed_request": 422,
     "rate_limited": 429,
     "internal_error": 500,
     "overloaded": 503,
+    "storage_unavailable": 503,
 }
 
 
@@ -44,7 +51,7 @@ class ErrorBody(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 408, 409, 413, 421, 422, 429, 503)
 }
 
 
@@ -128,5 +135,26 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        storage = storage_refusal(exc)
+        if storage is not None:  # the database cannot keep writes: loud, retryable, no 500
+            log.warning("%s %s: %s", request.method, request.url.path, storage.message)
+            return error_response(storage.error_code, storage.message, storage.headers)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+            return error_response(
+                "storage_unavailable",
+                f"the service cannot write: {exc.strerror}",
+                {"Retry-After": "30"},
+            )
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response("internal_error", f"internal error: {type(exc).__name__}")
+
+
+def storage_refusal(exc: BaseException | None) -> ApiError | None:
+    """The 503 for an exception that says the database cannot keep writes, else None."""
+    from relaunch.storage.db import StorageUnavailable
+
+    while exc is not None:
+        if isinstance(exc, StorageUnavailable):
+            return ApiError("storage_unavailable", str(exc), headers={"Retry-After": "30"})
+        exc = exc.__cause__ or exc.__context__
+    return None

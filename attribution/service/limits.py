@@ -1,4 +1,6 @@
-"""Request limits: body size (413), per-client rate (429 + Retry-After), bearer token (401).
+"""Request limits: body size (413), per-client rate (429 + Retry-After), bearer token (401),
+the Host allow-list (421), cross-site writes (403) and the request-body deadline (408)
+(the last three: `attribution.service.guards`).
 
 Plain ASGI middleware so that a rejected request costs no routing, parsing or analysis.
 Overload (503) is decided where analyses are queued (`attribution.service.state`).
@@ -16,6 +18,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from relaunch.attribution.service import guards
 from relaunch.attribution.service.errors import ERROR_STATUS, ApiError
 from relaunch.web.routes import PAGE_PREFIXES, RAW_LOG_PATH
 
@@ -100,8 +103,12 @@ class LimitsMiddleware:
         max_body: int,
         max_upload: int,
         dashboard_public: bool = False,
+        allowed_hosts: frozenset[str] | None = None,
+        body_timeout: float = guards.BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.body_timeout = body_timeout
         self.token = token.encode() if token else None
         self.dashboard_public = dashboard_public
         self.bucket = TokenBucket(rate, burst) if rate > 0 else None
@@ -113,7 +120,14 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        open_read = self.dashboard_public and is_dashboard_read(scope.get("method", ""), path)
+        if not guards.host_allowed(headers.get("host"), self.allowed_hosts):
+            await _send_error(
+                send, "host_not_allowed", "the Host header does not name this service"
+            )
+            return
+        method = scope.get("method", "")
+        open_read = self.dashboard_public and is_dashboard_read(method, path)
+        token_ok = False
         if self.token is not None and path not in OPEN_PATHS and not open_read:
             auth = headers.get("authorization", b"")
             given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
@@ -125,6 +139,11 @@ class LimitsMiddleware:
                     {"WWW-Authenticate": "Bearer"},
                 )
                 return
+            token_ok = True
+        refusal = guards.cross_site_refusal(method, headers, token_ok)
+        if refusal is not None:
+            await _send_error(send, "cross_site_refused", refusal)
+            return
         if self.bucket is not None and path not in OPEN_PATHS:
             client: Any = scope.get("client")
             key = client[0] if client else "local"
@@ -154,9 +173,11 @@ class LimitsMiddleware:
         received = 0
         started = False
 
+        timed_receive = guards.body_deadline(receive, self.body_timeout)
+
         async def counting_receive() -> Message:
             nonlocal received
-            message = await receive()
+            message = await timed_receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

@@ -1,15 +1,16 @@
 """Confine client-supplied paths to the configured allowed roots.
 
-Rejects: relative paths, `..` components, NUL bytes, symlinks that resolve outside every
-root, and anything that is not a regular file. Errors are `ApiError`s (400/403/404).
+Rejects: relative paths, `..` components, NUL bytes, any symlink below the root (inside or
+outside it: the documented rule, the same `restart_agent.safe_files` walk as every read),
+and anything that is not a regular file. Errors are `ApiError`s (400/403/404).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
+from relaunch.attribution.service.confined import open_confined
 from relaunch.attribution.service.errors import ApiError
 
 MAX_PATH_LEN = 4096
@@ -21,7 +22,8 @@ def _within(path: str, root: Path) -> bool:
 
 
 def confine(raw: str, roots: list[Path], *, must_exist: bool = True) -> Path:
-    """Return the resolved real path of `raw` if it is a readable regular file under a root."""
+    """`raw` (normalised) if it is a readable regular file under a root (or missing, with
+    `must_exist=False`)."""
     if not isinstance(raw, str) or not raw:
         raise ApiError("invalid_path", "log_path must be a non-empty string")
     if len(raw) > MAX_PATH_LEN or "\x00" in raw:
@@ -35,23 +37,10 @@ def confine(raw: str, roots: list[Path], *, must_exist: bool = True) -> Path:
     lexical = os.path.normpath(raw)
     if not any(_within(lexical, r) for r in roots):
         raise ApiError("outside_allowed_root", f"log_path is outside the allowed roots: {raw!r}")
-    real = os.path.realpath(lexical)
-    if not any(_within(real, r) for r in roots):
-        raise ApiError(
-            "outside_allowed_root", f"log_path resolves outside the allowed roots: {raw!r}"
-        )
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        if must_exist:
-            raise ApiError("not_found", f"log file not found: {raw!r}") from None
-        return Path(real)
-    except PermissionError:
-        raise ApiError("unreadable", f"log file is not accessible: {raw!r}") from None
-    except OSError as exc:
-        raise ApiError("invalid_path", f"cannot stat log_path: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ApiError("not_regular_file", f"log_path is not a regular file: {raw!r}")
-    if not os.access(real, os.R_OK):
-        raise ApiError("unreadable", f"log file is not readable: {raw!r}")
-    return Path(real)
+    try:  # the same walk every later read makes: no symlink below the root, regular only
+        os.close(open_confined(lexical, roots))
+    except ApiError as exc:
+        if exc.error_code == "not_found" and not must_exist:
+            return Path(lexical)
+        raise
+    return Path(lexical)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from relaunch.attribution.core.engine import records_node_health
 from relaunch.attribution.core.files import safe_name
 from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
-from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError
+from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError, storage_refusal
 from relaunch.attribution.service.routes_nvrx import still_running, wait_future
 from relaunch.attribution.service.schemas import (
     FRAnswer,
@@ -165,6 +166,28 @@ async def stats(st: StateDep) -> dict[str, Any]:
     return st.stats()
 
 
+def _refuse_while_analysed(st: ServiceState, job_id: str, cycle: int) -> None:
+    """409 with Retry-After while the cycle's analysis runs (retry once it is done)."""
+    tl = st.tracked_key(job_id, cycle)
+    if tl is not None and tl.future is not None and not tl.future.done():
+        raise ApiError(
+            "cycle_being_analysed",
+            "this cycle is being analysed; upload again later",
+            headers={"Retry-After": "2"},
+        )
+
+
+def _digest(path: Path) -> tuple[str, int]:
+    """SHA-256 and size of an uploaded body (the append-only rule compares digests)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(UPLOAD_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
 def upload_path(st: ServiceState, job_id: str, cycle: int) -> Path:
     return st.upload_root / safe_name(job_id) / f"cycle_{cycle}.log"
 
@@ -232,16 +255,33 @@ async def upload_log(
     Send the whole log, or send it in pieces with `append=true&final=false` and end with
     `final=true`: each piece is read incrementally, so the verdict costs only the last one."""
     dest = upload_path(st, job_id, cycle)
-    tl = st.tracked_key(job_id, cycle)
-    if tl is not None and tl.future is not None and not tl.future.done():
-        raise ApiError("invalid_parameter", "this cycle is being analysed; upload again later")
+    _refuse_while_analysed(st, job_id, cycle)
+    st.check_storage()  # a write the database cannot keep is refused before it is read
     # the body goes to a temporary file first: a rejected upload (over the size limit,
-    # client gone) never touches the stored log, its verdict or the history
+    # client gone, a conflict with the stored log) never touches the stored log, its
+    # verdict or the history
     tmp = await receive_to_temp(request.stream(), dest.parent)
     try:
+        _refuse_while_analysed(st, job_id, cycle)
+        digest, size = await asyncio.to_thread(_digest, tmp)
+        conflict = await asyncio.to_thread(
+            st.repo.log_conflict,
+            job_id,
+            cycle,
+            log_path=str(dest),
+            sha256=None if append else digest,
+            appending=append,
+        )
+        if conflict is not None:
+            raise ApiError("conflict", conflict)
+        max_bytes = st.settings.max_upload_bytes
+        stored = dest.stat().st_size if append and dest.exists() else 0
+        if stored + size > max_bytes:  # every upload path honours the limit, appends too
+            raise ApiError(
+                "payload_too_large",
+                f"the cycle's log would be {stored + size} bytes, over the limit of {max_bytes}",
+            )
         tl = st.tracked_key(job_id, cycle)
-        if tl is not None and tl.future is not None and not tl.future.done():
-            raise ApiError("invalid_parameter", "this cycle is being analysed; upload again later")
         if tl is None or tl.path != dest:
             tl = st.track(dest, job_id, cycle, intent="upload")
         await asyncio.to_thread(_install_upload, tl, tmp, dest, append)
@@ -266,6 +306,9 @@ async def upload_log(
         exc = fut.exception()
         if isinstance(exc, ApiError):
             raise exc
+        refusal = storage_refusal(exc)
+        if refusal is not None:  # the verdict could not be stored: not acknowledged
+            raise refusal
         raise ApiError("internal_error", f"analysis failed: {type(exc).__name__}")
     done = fut.done()
     return {

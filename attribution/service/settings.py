@@ -45,6 +45,11 @@ class ServiceSettings:
     analysis_hold: Callable[[str], None] | None = None
     dashboard: bool = True
     dashboard_public: bool = False  # with a token: dashboard pages readable without it
+    # Host header allow-list (attribution/service/guards.py): None = the default set for
+    # `bind_host` (the bound address, localhost names, loopback) plus `allowed_hosts`
+    bind_host: str | None = None
+    allowed_hosts: list[str] = field(default_factory=list)
+    body_timeout_s: float = 60.0  # longest wait for each piece of a request body (408)
 
     def __post_init__(self) -> None:
         home = Path(os.environ.get("RELAUNCH_HOME", Path.home() / ".relaunch"))

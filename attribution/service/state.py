@@ -27,7 +27,7 @@ from relaunch.attribution.core.engine import AttributionEngine, Listener, Verdic
 from relaunch.attribution.core.listeners import close_listeners, install_listeners
 from relaunch.attribution.service.coalesce import Coalescer
 from relaunch.attribution.service.confined import is_confined_file, open_confined
-from relaunch.attribution.service.errors import ApiError
+from relaunch.attribution.service.errors import ApiError, storage_refusal
 from relaunch.attribution.service.paths import confine
 from relaunch.attribution.service.settings import ServiceSettings
 from relaunch.attribution.service.tracker import TrackedLog
@@ -167,9 +167,26 @@ class ServiceState:
             dispose()
 
     # --- health ------------------------------------------------------------------------
+    def check_storage(self) -> None:
+        """503 `storage_unavailable` when the database cannot keep a write now (its file
+        deleted or replaced, the disk full, the directory read-only): refused before any
+        work, so nothing is acknowledged that is not durable."""
+        try:
+            self.repo.check_durable()
+        except Exception as exc:
+            refusal = storage_refusal(exc)
+            if refusal is not None:
+                raise refusal from None
+            raise
+
     def health(self) -> dict[str, Any]:
-        """Health, with the database probe cached for a second (probes are frequent)."""
+        """Health, with the database probe cached for a second (probes are frequent); the
+        database file is checked on every call (a few syscalls)."""
         now = time.monotonic()
+        try:
+            self.repo.check_durable()
+        except Exception as exc:
+            return {"status": "fail", "issues": [f"storage unavailable: {exc}"]}
         if now - self._db_checked_at > 1.0:
             try:
                 self.repo.get_job("healthz-probe")
@@ -296,6 +313,10 @@ class ServiceState:
         with self._key_lock((job_id, cycle)):
             tl = self.tracked(str(path))
             if tl is None or tl.key != (job_id, cycle):
+                conflict = self.repo.log_conflict(job_id, cycle, log_path=str(path))
+                if conflict is not None:  # history is append-only (storage.repository)
+                    raise ApiError("conflict", conflict)
+                self.check_storage()
                 tl = self.track(path, job_id, cycle, user=user, intent=intent)
                 self._remember(tl)
                 self.repo.register_cycle(job_id, cycle, str(path))
