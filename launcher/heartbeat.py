@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from relaunch.launcher.nvrx_monitor import ENV_NVRX_SOCKET, NvrxMonitorServer
+
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
 _MAX_DGRAM = 65536
@@ -148,6 +150,11 @@ class RankMonitor:
             if st.section is None and (was_in is not None or kind == "progress"):
                 st.out_since = now
 
+    def forget(self, rank: int) -> None:
+        """Stop supervising `rank` (it closed its NVRx connection: launcher.nvrx_monitor)."""
+        with self._lock:
+            self._ranks.pop(rank, None)
+
     def ranks_seen(self) -> set[int]:
         with self._lock:
             return set(self._ranks)
@@ -215,9 +222,12 @@ class HeartbeatServer:
         self._synced: dict[str, threading.Event] = {}
         self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
         self._thread.start()
+        # NVRx's RankMonitorClient speaks its own protocol on a stream socket: same monitor
+        self._nvrx = NvrxMonitorServer(os.path.join(self._dir, "nvrx.sock"), lambda: self._monitor)
 
     def start_cycle(self, monitor: RankMonitor) -> None:
         self._monitor = monitor
+        os.environ[ENV_NVRX_SOCKET] = self._nvrx.path  # the workers inherit it, as ENV_SOCKET
 
     def _loop(self) -> None:
         while not self._closed.is_set():
@@ -275,6 +285,7 @@ class HeartbeatServer:
 
     def close(self) -> None:
         self._closed.set()
+        self._nvrx.close()
         self._thread.join(1.0)
         self._sock.close()
         shutil.rmtree(self._dir, ignore_errors=True)
