@@ -182,7 +182,7 @@ def test_browser_shows_every_end_state(site: dict[str, Any], scheme: str) -> Non
                 problems.append(f"{path}: {v['id']}: {v['nodes'][0]['target'][0]}")
 
         page.goto(site["base"] + "/")
-        for job_id, (state, code, reason, _d, _c, _e) in EXPECTED.items():
+        for job_id, (_state, code, reason, _d, _c, _e) in EXPECTED.items():
             cell = page.locator(f'tr[data-job="{job_id}"] td.end').inner_text()
             if code is not None:
                 assert f"exit {code}" in cell, (job_id, cell)
