@@ -48,6 +48,7 @@ from relaunch.launcher.config_yaml import load_yaml as _load_yaml
 from relaunch.launcher.straggler_scores import report_interval_value, threshold_value
 from relaunch.launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
 from relaunch.storage import job_id as job_id_rule
+from relaunch.storage.location import describe, history_url
 
 STOP_ACTIONS = ("log", "no-restart")
 # NVRx's default: node health checked every 5 s while workers run, when any check applies
@@ -217,8 +218,9 @@ OPTIONS: tuple[Option, ...] = (
         "ft_db_url",
         str,
         "",
-        "database of the embedded history (default sqlite:///$RELAUNCH_HOME/relaunch.db, "
-        "or <log-dir>/relaunch.db when RELAUNCH_HOME is unset)",
+        "database of the embedded history (default: $RELAUNCH_DB, else "
+        "sqlite:///$RELAUNCH_HOME/relaunch.db; RELAUNCH_HOME defaults to ~/.relaunch: the "
+        "history relaunch serve, analyze and mcp read by default)",
     ),
     Option("--ft-audit-dir", "ft_audit_dir", str, "", "audit artifacts (default <log-dir>/audit)"),
     Option(
@@ -521,11 +523,17 @@ class RunSettings:
         return Path(self.log_dir) / self.job_id
 
     def db_url(self) -> str:
-        if self.ft_db_url:
-            return self.ft_db_url
-        home = os.environ.get("RELAUNCH_HOME")
-        base = Path(home) if home else Path(self.log_dir)
-        return f"sqlite:///{(base / 'relaunch.db').resolve()}"
+        """--ft-db-url > $RELAUNCH_DB > sqlite:///$RELAUNCH_HOME/relaunch.db (storage.location)."""
+        return history_url(self.ft_db_url or None)[0]
+
+    def history_line(self) -> str:
+        """What `relaunch run` prints once at start: where this job's verdicts are kept."""
+        endpoint = self.ft_attribution_endpoint
+        if endpoint == "off":
+            return "history: none (--ft-attribution-endpoint off: no verdicts are kept)"
+        if endpoint != "embedded":
+            return f"history: kept by the attribution service at {endpoint} (its --db)"
+        return describe(*history_url(self.ft_db_url or None))
 
     def audit_dir(self) -> str:
         return self.ft_audit_dir or str((Path(self.log_dir) / "audit").resolve())

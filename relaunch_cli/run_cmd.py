@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         for warning in settings.warnings:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
+        print(f"relaunch run: {settings.history_line()}", file=sys.stderr, flush=True)
         from relaunch.launcher.agent import launch
 
         return launch(settings).exit_code
