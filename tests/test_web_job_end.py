@@ -207,3 +207,12 @@ def test_browser_shows_every_end_state(site: dict[str, Any], scheme: str) -> Non
         ctx.close()
         browser.close()
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("top", [1, 2, 3, 7, 10, 13, 250, 100_000])
+def test_iteration_ticks_never_repeat_a_label(top: int) -> None:
+    from relaunch.web.charts import nice_ticks
+
+    labels = [f"{int(v):,}" for v in nice_ticks(0, top, integer=True)]
+    assert len(labels) == len(set(labels)) >= 2 and labels[0] == "0", labels
+    assert float(labels[-1].replace(",", "")) >= top
