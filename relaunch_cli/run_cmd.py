@@ -146,6 +146,19 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
     return settings
 
 
+def _worker_master(settings: Any) -> None:
+    """--master-port given and the rendezvous there: the workers' MASTER_ADDR/MASTER_PORT
+    are exactly --master-addr:--master-port (launcher.worker_store), as under torchrun."""
+    from relaunch.launcher.worker_store import MASTER_ENV
+
+    os.environ.pop(MASTER_ENV, None)
+    if settings.master_port is None or settings.sources.get("master_port") == "default":
+        return
+    host, _, port = settings.rdzv_endpoint.rpartition(":")
+    if port == str(settings.master_port):
+        os.environ[MASTER_ENV] = f"{host}:{settings.master_port}"
+
+
 def run(args: argparse.Namespace) -> int:
     _install_early_handlers()
     try:
@@ -153,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         for warning in settings.warnings:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
         print(f"relaunch run: {settings.history_line()}", file=sys.stderr, flush=True)
+        _worker_master(settings)
         from relaunch.launcher.agent import launch
 
         return launch(settings).exit_code
