@@ -43,10 +43,12 @@ from relaunch.launcher.config_values import (
     segment_size,
     std_spec,
 )
+from relaunch.launcher.config_yaml import ignored_flags
 from relaunch.launcher.config_yaml import load_yaml as _load_yaml
 from relaunch.launcher.straggler_scores import report_interval_value, threshold_value
 from relaunch.launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
 from relaunch.storage import job_id as job_id_rule
+from relaunch.storage.location import describe, history_url
 
 STOP_ACTIONS = ("log", "no-restart")
 # NVRx's default: node health checked every 5 s while workers run, when any check applies
@@ -216,8 +218,9 @@ OPTIONS: tuple[Option, ...] = (
         "ft_db_url",
         str,
         "",
-        "database of the embedded history (default sqlite:///$RELAUNCH_HOME/relaunch.db, "
-        "or <log-dir>/relaunch.db when RELAUNCH_HOME is unset)",
+        "database of the embedded history (default: $RELAUNCH_DB, else "
+        "sqlite:///$RELAUNCH_HOME/relaunch.db; RELAUNCH_HOME defaults to ~/.relaunch: the "
+        "history relaunch serve, analyze and mcp read by default)",
     ),
     Option("--ft-audit-dir", "ft_audit_dir", str, "", "audit artifacts (default <log-dir>/audit)"),
     Option(
@@ -321,6 +324,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "directory that must take a small write+fsync+read while workers run",
         metavar="DIR",
+        aliases=("--ft-storage-health-check-path",),  # NVRx's spelling
     ),
     Option(
         "--ft-storage-healthcheck-timeout",
@@ -530,11 +534,17 @@ class RunSettings:
         return Path(self.log_dir) / self.job_id
 
     def db_url(self) -> str:
-        if self.ft_db_url:
-            return self.ft_db_url
-        home = os.environ.get("RELAUNCH_HOME")
-        base = Path(home) if home else Path(self.log_dir)
-        return f"sqlite:///{(base / 'relaunch.db').resolve()}"
+        """--ft-db-url > $RELAUNCH_DB > sqlite:///$RELAUNCH_HOME/relaunch.db (storage.location)."""
+        return history_url(self.ft_db_url or None)[0]
+
+    def history_line(self) -> str:
+        """What `relaunch run` prints once at start: where this job's verdicts are kept."""
+        endpoint = self.ft_attribution_endpoint
+        if endpoint == "off":
+            return "history: none (--ft-attribution-endpoint off: no verdicts are kept)"
+        if endpoint != "embedded":
+            return f"history: kept by the attribution service at {endpoint} (its --db)"
+        return describe(*history_url(self.ft_db_url or None))
 
     def audit_dir(self) -> str:
         return self.ft_audit_dir or str((Path(self.log_dir) / "audit").resolve())
@@ -597,13 +607,74 @@ def spellings(o: Option) -> list[str]:
     return flags
 
 
+BOOL_WORDS = ("true", "false", "1", "0", "yes", "no", "on", "off")
+IGNORED_PREFIX = "nvrx_ignored__"  # dest of an NVRx flag relaunch accepts and ignores
+
+
+class BoolFlag(argparse.Action):
+    """A switch that also takes NVRx's value style: `--x`, `--x true`, `--x=no`, `--x 0`.
+
+    argparse alone would swallow the script after a bare switch (`--standalone train.py`);
+    `normalize_switches` rewrites the command line first so that never happens.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", const=True, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+
+
+def normalize_switches(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """`--switch` -> `--switch=true`, `--switch no` -> `--switch=no` (BoolFlag options),
+    scanning the options before the script; the script and its arguments stay as they are."""
+    actions = parser._option_string_actions  # noqa: SLF001 - argparse's own table
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "--" or not tok.startswith("-") or tok == "-":
+            out.extend(args[i:])
+            break
+        name, eq, _ = tok.partition("=")
+        action = actions.get(name)
+        if isinstance(action, BoolFlag):
+            if eq:
+                out.append(tok)
+            elif i + 1 < len(args) and args[i + 1].strip().lower() in BOOL_WORDS:
+                out.append(f"{name}={args[i + 1]}")
+                i += 1
+            else:
+                out.append(f"{name}=true")
+        elif action is not None and action.nargs is None and not eq and i + 1 < len(args):
+            out.extend(args[i : i + 2])  # an option and its value (which may start with '-')
+            i += 1
+        else:
+            out.append(tok)
+        i += 1
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every option with `default=SUPPRESS`, so omitted options stay absent."""
+    """Add every option with `default=SUPPRESS`, so omitted options stay absent; then NVRx's
+    flags relaunch accepts and ignores (`config_aliases.yaml` `ignored_flags`)."""
     for o in OPTIONS:
         flags = spellings(o)
         if o.is_flag:
             parser.add_argument(
-                *flags, dest=o.dest, action="store_true", default=argparse.SUPPRESS, help=o.help
+                *flags,
+                dest=o.dest,
+                action=BoolFlag,
+                type=_argparse_type(o),
+                default=argparse.SUPPRESS,
+                help=f"{o.help} (also --x true|false, as NVRx)",
+                metavar="BOOL",
             )
             continue
         parser.add_argument(
@@ -615,6 +686,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"{o.help} (default: {o.default!r})",
             metavar=o.metavar,
         )
+    group = parser.add_argument_group("NVRx flags accepted and ignored (a warning says why)")
+    for flag, (takes, instead) in ignored_flags().items():
+        forms = spellings(Option(flag, "", str, None, ""))
+        dest = IGNORED_PREFIX + flag.lstrip("-").replace("-", "_")
+        if takes == "bool":
+            group.add_argument(
+                *forms, dest=dest, action=BoolFlag, type=_bool_type(flag),
+                default=argparse.SUPPRESS, metavar="BOOL", help=f"ignored: {instead}",
+            )  # fmt: skip
+        elif takes == "flag":
+            group.add_argument(
+                *forms, dest=dest, action="store_true", default=argparse.SUPPRESS,
+                help=f"ignored: {instead}",
+            )  # fmt: skip
+        else:
+            group.add_argument(
+                *forms, dest=dest, default=argparse.SUPPRESS, metavar="VALUE",
+                help=f"ignored: {instead}",
+            )  # fmt: skip
+
+
+def _bool_type(flag: str) -> Callable[[str], bool]:
+    return _argparse_type(Option(flag, flag, boolean, None, ""))
+
+
+def ignored_warnings(cli: dict[str, Any]) -> list[str]:
+    """One line per NVRx flag given that relaunch ignores: what relaunch does instead."""
+    table = ignored_flags()
+    out = []
+    for name in sorted(cli):
+        if name.startswith(IGNORED_PREFIX):
+            flag = "--" + name[len(IGNORED_PREFIX) :].replace("_", "-")
+            out.append(f"{flag} is accepted for NVRx and ignored: {table[flag][1]}")
+    return out
 
 
 def _argparse_type(o: Option) -> Callable[[str], Any]:
@@ -638,6 +743,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
         for name, value in _load_yaml(yaml_path, _BY_DEST, settings.warnings).items():
             setattr(settings, name, value)
             settings.sources[name] = "yaml"
+    settings.warnings.extend(ignored_warnings(cli))
     for name, value in cli.items():
         if name in names:
             setattr(settings, name, value)

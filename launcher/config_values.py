@@ -122,6 +122,8 @@ def section_timeouts(text: str) -> dict[str, float]:
         name, sep, value = part.partition(":")
         if not sep or not name.strip():
             raise ValueError("expected NAME:SECONDS[,NAME:SECONDS...]")
+        if value.strip().lower() in ("none", "null", ""):
+            continue  # NVRx: no timeout for this section
         out[name.strip()] = positive_float(value)
     return out
 
@@ -203,6 +205,7 @@ def rdzv_conf_numbers(conf: Mapping[str, object]) -> None:
 
 
 def optional_float(text: str) -> float | None:
-    if str(text).strip().lower() in ("none", "off", "0", ""):
+    """A positive number, or none/null/off/0/'' for "not used" (NVRx's 'null'|'none'|'')."""
+    if str(text).strip().lower() in ("none", "null", "off", "0", ""):
         return None
     return positive_float(text)

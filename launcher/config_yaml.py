@@ -39,6 +39,12 @@ def _ignored() -> dict[str, str]:
     return {str(k): str(v) for k, v in (_alias_table().get("ignored") or {}).items()}
 
 
+def ignored_flags() -> dict[str, tuple[str, str]]:
+    """NVRx flags accepted and ignored on the command line: flag -> (takes, instead)."""
+    table = _alias_table().get("ignored_flags") or {}
+    return {str(k): (str(v[0]), str(v[1])) for k, v in table.items()}
+
+
 def _find_section(data: dict[str, Any]) -> dict[str, Any] | None:
     """NVRx's rule: a `fault_tolerance:` section anywhere in the file (depth first)."""
     for key, value in data.items():

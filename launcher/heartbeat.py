@@ -25,7 +25,8 @@ process can forge. In an authenticated cycle (`start_cycle(monitor, authenticate
 the launcher names its workers' pids (`set_workers`); a datagram counts only when its
 sender is a worker, or a descendant of one, whose rank is the `r` it claims. Datagrams
 that arrive before `set_workers` wait (bounded) and are judged once it is called, so the
-outcome does not depend on who was faster. Every field is typed and bounded here
+outcome does not depend on who was faster. NVRx's stream socket (`launcher.nvrx_monitor`)
+checks its peer the same way, with `SO_PEERCRED` (`may_speak_for`). Every field is typed and bounded here
 (`clean_message`): strings lose their line breaks and control characters, numbers out of
 range are dropped, before anything reaches a callback or the cycle log.
 """
@@ -43,6 +44,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from relaunch.launcher.nvrx_monitor import ENV_NVRX_SOCKET, NvrxMonitorServer
 
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
@@ -236,6 +239,11 @@ class RankMonitor:
             if st.section is None and (was_in is not None or kind == "progress"):
                 st.out_since = now
 
+    def forget(self, rank: int) -> None:
+        """Stop supervising `rank` (it closed its NVRx connection: launcher.nvrx_monitor)."""
+        with self._lock:
+            self._ranks.pop(rank, None)
+
     def ranks_seen(self) -> set[int]:
         with self._lock:
             return set(self._ranks)
@@ -304,6 +312,7 @@ class HeartbeatServer:
         self._pids: dict[int, int] | None = None  # worker pid -> rank (None: not known yet)
         self._pid_cache: dict[int, int | None] = {}
         self._pending: list[tuple[bytes, int | None]] = []
+        self._pids_known = threading.Event()  # set_workers was called for this cycle
         self.rejected = 0  # datagrams refused: malformed, or a rank not the sender's
         self._on_progress = on_progress
         self._on_straggler = on_straggler
@@ -311,6 +320,12 @@ class HeartbeatServer:
         self._synced: dict[str, threading.Event] = {}
         self._thread = threading.Thread(target=self._loop, name="relaunch-heartbeat", daemon=True)
         self._thread.start()
+        # NVRx's RankMonitorClient speaks its own protocol on a stream socket: same monitor
+        self._nvrx = NvrxMonitorServer(
+            os.path.join(self._dir, "nvrx.sock"),
+            lambda: self._monitor,
+            authorize=self.may_speak_for,
+        )
 
     def start_cycle(self, monitor: RankMonitor, authenticated: bool = False) -> None:
         """Judge datagrams for `monitor`'s cycle. `authenticated`: only the workers named
@@ -321,12 +336,15 @@ class HeartbeatServer:
             self._pids = None
             self._pid_cache = {}
             self._pending = []
+            self._pids_known.clear()
+        os.environ[ENV_NVRX_SOCKET] = self._nvrx.path  # the workers inherit it, as ENV_SOCKET
 
     def set_workers(self, pids: dict[int, int]) -> None:
         """The cycle's worker processes, pid -> global rank; judges the datagrams held."""
         with self._auth_lock:  # held through the replay: later datagrams wait their turn
             self._pids = dict(pids)
             self._pid_cache = {}
+            self._pids_known.set()
             pending, self._pending = self._pending, []
             for data, pid in pending:
                 self._handle(data, pid)
@@ -346,6 +364,20 @@ class HeartbeatServer:
                 if creds and len(payload) >= _CREDS.size:
                     pid = _CREDS.unpack(payload[: _CREDS.size])[0]
             self._handle(data, pid)
+
+    def may_speak_for(self, pid: int | None, rank: int) -> bool:
+        """Whether process `pid` may report for `rank` (the NVRx socket's check of its peer,
+        from SO_PEERCRED). In an authenticated cycle it waits until `set_workers` named the
+        workers (the caller is the connection's own thread, never the launcher's)."""
+        if not self._authenticated:
+            return True
+        self._pids_known.wait()
+        with self._auth_lock:
+            pids = self._pids
+            if pids is None or pid is None or self._rank_of(pid, pids) != rank:
+                self.rejected += 1
+                return False
+            return True
 
     def _rank_of(self, pid: int, pids: dict[int, int]) -> int | None:
         """The rank of worker `pid` or of the worker it descends from (cached per cycle)."""
@@ -427,6 +459,8 @@ class HeartbeatServer:
 
     def close(self) -> None:
         self._closed.set()
+        self._pids_known.set()  # a connection waiting in may_speak_for ends
+        self._nvrx.close()
         self._thread.join(1.0)
         self._sock.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -20,6 +20,15 @@ If the server cannot start (its address does not resolve or connect from this ho
 round falls back to worker rank 0 hosting, with a warning: as before, never worse.
 `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` (torch's spelling) asks for that fallback always, for a
 workload that binds MASTER_PORT itself (its own master TCPStore, a non-torch coordinator).
+
+When the user gives `--master-port` (and the rendezvous runs there: no other
+`--rdzv-endpoint`), the workers see exactly `--master-addr:--master-port`, as under torchrun:
+`relaunch run` sets `RELAUNCH_WORKER_MASTER=ADDR:PORT` and the workers use the rendezvous
+store at that port as their store, so a firewall that opens only that port suffices. torch
+does not prefix the workers' keys per restart there, so group rank 0 deletes the previous
+cycle's worker keys (every key outside the launcher's own `relaunch/` and `torchelastic/`
+namespaces) before the round's workers start: a restarted cycle never reads a dead cycle's
+addresses. Otherwise the per-round store above keeps its own port.
 """
 
 from __future__ import annotations
@@ -34,6 +43,31 @@ from torch.distributed.elastic.rendezvous import RendezvousStoreInfo
 from relaunch.launcher.rdzv_store import bound_listener
 
 DISABLE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+MASTER_ENV = "RELAUNCH_WORKER_MASTER"  # ADDR:PORT the user gave (relaunch_cli.run_cmd)
+_LAUNCHER_KEYS = ("relaunch/", "torchelastic/")
+
+
+def requested_master() -> tuple[str, int] | None:
+    """The (MASTER_ADDR, MASTER_PORT) the user asked the workers to see, if any."""
+    addr, sep, port = os.environ.get(MASTER_ENV, "").rpartition(":")
+    if not sep or not addr or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return addr, int(port)
+
+
+def drop_worker_keys(store: Store) -> int:
+    """Delete the keys earlier workers left in the rendezvous store; how many."""
+    base = store
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    dropped = 0
+    for key in base.list_keys():
+        if not key.startswith(_LAUNCHER_KEYS):
+            base.delete_key(key)
+            dropped += 1
+    return dropped
+
+
 # How long the new server's own client may take to connect to it (torch connects one to
 # `addr`): a host that cannot reach its own address falls back instead of hanging.
 SELF_CONNECT_TIMEOUT = timedelta(seconds=30)
@@ -72,6 +106,15 @@ class WorkerStoreHost:
         that disagree on sharing still meet.
         """
         self.close()
+        fixed = requested_master()
+        if fixed is not None:  # as torchrun: the workers use the rendezvous store there
+            self.shared = True
+            if group_rank == 0:
+                try:
+                    drop_worker_keys(round_store)
+                except (RuntimeError, AttributeError) as exc:
+                    self.warn(f"cannot clear the workers' keys of the last cycle: {exc}")
+            return RendezvousStoreInfo(master_addr=fixed[0], master_port=fixed[1])
         self.shared = self.wanted
         server_port: int | None = None
         if self.wanted and group_rank == 0:

@@ -1,8 +1,12 @@
 """`relaunch analyze LOG`: analyse one cycle log and print its STOP/RESTART verdict.
 
-With `--db URL --job-id J` the verdict is saved and the job's earlier cycles are the
-history the policy sees (cycle N sees the stored cycles < N; without `--cycle`, the next
-cycle number of the job). Without `--db` nothing is saved and the history is empty.
+With `--job-id J` the job's earlier cycles in the history are what the policy sees (cycle
+N sees the stored cycles < N): the history is `--db` > `$RELAUNCH_DB` > the default
+`sqlite:///$RELAUNCH_HOME/relaunch.db`, the one `relaunch run` writes (printed once on
+stderr). Only with `--db` is the verdict saved. Without `--cycle`, a log the history
+already knows (its absolute path) is that cycle; otherwise, with `--db`, the job's next
+cycle number is allocated. Without `--job-id` there is no history, and the output says so
+(text: `stored:`; JSON: `history_db`).
 `--format json` prints exactly one JSON object (`Verdict.to_dict()`, plus `job_id`,
 `cycle` and `log` when saved); `--format text` is for people: verdict, why, evidence.
 
@@ -21,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from relaunch.attribution.core.terminal import safe_line, safe_text
@@ -88,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"relaunch analyze: warning: {safe_line(warning)}", file=sys.stderr)
 
     try:
-        if args.db is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
+        if args.job_id is None:  # no SQLAlchemy import at all: `relaunch analyze LOG` starts fast
             return _analyze(args, llm_config, log)
         from relaunch.storage import StorageError
 
@@ -100,33 +106,75 @@ def run(args: argparse.Namespace) -> int:
         log.discard()
 
 
+def _history(args: argparse.Namespace) -> tuple[str | None, str, str]:
+    """(url or None, source, one line for people) of the history this analysis uses.
+
+    With `--job-id`: `--db` > `$RELAUNCH_DB` > the default history (storage.location), the
+    one `relaunch run` writes; without `--db` it is only read. Without `--job-id` (or
+    without a database at the default path) there is no history, and that is said.
+    """
+    from relaunch.storage.location import describe, history_url
+
+    if args.job_id is None:
+        return None, "none", "history: none (no --job-id: decided without earlier cycles)"
+    url, source = history_url(args.db)
+    if args.db is None and url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :]).expanduser()
+        if not path.is_file():  # reading must not create an empty history
+            return None, "none", f"history: none (no history database at {path.resolve()})"
+    return url, source, describe(url, source)
+
+
 def _analyze(args: argparse.Namespace, llm_config: Any, log: ReadLog) -> int:
     from relaunch.attribution.core.engine import AttributionEngine
 
+    url, source, line = _history(args)
+    save = args.db is not None  # without --db the history is read, never written
+    log_path = args.log if args.log == "-" else os.path.abspath(args.log)
     repo = None
     cycle = args.cycle
-    if args.db is not None:
+    note = ""
+    if url is not None:
         from relaunch.storage import open_repository
+        from relaunch.storage.service_queries import find_cycle_by_log_path
 
-        repo = open_repository(args.db)
+        repo = open_repository(url)  # an unusable database is one error line, before ours
         if cycle is None:
-            cycle = repo.allocate_cycle(args.job_id, first=FIRST_CYCLE)
+            known = find_cycle_by_log_path(repo, log_path) if log_path != "-" else None
+            if known is not None and known[0] == args.job_id:
+                cycle = known[1]  # the cycle that wrote this log: no new cycle invented
+            elif save:
+                cycle = repo.allocate_cycle(args.job_id, first=FIRST_CYCLE)
+            else:
+                cycle = repo.next_cycle(args.job_id, first=FIRST_CYCLE)
+        if not save:
+            note = "not saved: pass --db URL to record this verdict"
+    if url is not None:  # without a history the output itself says so (`stored:`)
+        print(f"relaunch analyze: {safe_line(line)}", file=sys.stderr, flush=True)
     engine = AttributionEngine(repo)
     verdict = engine.analyze_cycle(
         args.job_id if repo else None,
         cycle,
-        args.log,
+        log_path,
         evidence=log.evidence,
         log_identity=log.identity,
-        persist=repo is not None,
+        persist=repo is not None and save,
     ).to_dict()  # what this command prints (and the LLM enrichment reads) is the JSON form
     if llm_config is not None:
-        verdict = _enrich(verdict, log.text_path, args, llm_config, engine, repo, cycle)
+        verdict = _enrich(
+            verdict, log.text_path, args, llm_config, engine, repo if save else None, cycle
+        )
     out = dict(verdict)
+    out["history_db"] = {
+        "used": url is not None,
+        "source": source,
+        "saved": repo is not None and save,
+        "says": line + (f"; {note}" if note else ""),
+    }
     if repo is not None:
-        rec = repo.get_cycle(args.job_id, cycle)
         out["job_id"] = args.job_id
         out["cycle"] = cycle
+        rec = repo.get_cycle(args.job_id, cycle) if save else None
         if rec is not None:
             out["log"] = rec.log_identity
         repo.close()
@@ -259,6 +307,9 @@ def format_text(v: dict[str, Any]) -> str:
         for e in evidence:
             rank = f" [rank {e['rank']}]" if e.get("rank") is not None else ""
             lines.append(f"  {e.get('line'):>8}{rank} {e.get('failure_class')}: {e.get('text')}")
+    store = v.get("history_db") or {}
+    if store.get("says"):
+        lines.append(f"stored:    {store['says']}")
     llm = v.get("llm") or {}
     if llm.get("status") is not None:  # an LLM ran (--llm): its own summary
         from relaunch.restart_agent.llm import format_text as llm_text

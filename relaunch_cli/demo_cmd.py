@@ -80,11 +80,17 @@ def run(args: argparse.Namespace) -> int:
     print("\nrelaunch demo: checkpoints (asynchronous, relaunch.checkpoint)")
     for line in _checkpoint_story(job_dir):
         print(f"  {line}")
-    audits = sorted((work / "audit").rglob("*.json")) if (work / "audit").exists() else []
+    from relaunch.attribution.core.audit import artifact_path
+
+    # this run's artifacts only: a reused --workdir keeps earlier demos' jobs
+    audits = [
+        p for c in sorted(verdicts) if (p := artifact_path(work / "audit", job_id, c)).is_file()
+    ]
     print(f"\n  exit code       {code}" + (" (stopped by verdict)" if code == EXIT_STOPPED else ""))
     print(f"  cycle logs      {job_dir}/cycle_<N>.log")
     print(f"  database        {settings.db_url()}")
-    print(f"  audit files     {work / 'audit'} ({len(audits)} files)")
+    audit_dir = artifact_path(work / "audit", job_id, 0).parent
+    print(f"  audit files     {audit_dir} ({len(audits)} files)")
     print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8570/")
     decisions = result.decisions
     ok = code == EXIT_STOPPED and "RESTART" in decisions and decisions[-1:] == ["STOP"]

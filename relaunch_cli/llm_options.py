@@ -49,8 +49,18 @@ def _context_tokens(text: str) -> int:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, analyze: bool | None = None) -> None:
-    """Add the LLM flags to `parser`; `--llm` too when it is `relaunch analyze`'s."""
+def add_arguments(
+    parser: argparse.ArgumentParser, *, analyze: bool | None = None, nvrx: bool = False
+) -> None:
+    """Add the LLM flags to `parser`; `--llm` too when it is `relaunch analyze`'s; with
+    `nvrx`, NVRx's spellings too (`--ft-attribution-llm-base-url`, ... for `relaunch run`)."""
+
+    def names(flag: str) -> list[str]:
+        if not nvrx:
+            return [flag]
+        tail = flag.removeprefix("--ft-")
+        return [flag, f"--ft-attribution-{tail}", f"--ft_attribution_{tail.replace('-', '_')}"]
+
     if analyze is None:
         analyze = (parser.prog or "").split()[-1:] == ["analyze"]
     group = parser.add_argument_group(
@@ -64,14 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser, *, analyze: bool | None = Non
             "and --ft-llm-model)",
         )
     group.add_argument(
-        "--ft-llm-base-url",
+        *names("--ft-llm-base-url"),
         metavar="URL",
         default=None,
         help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1",
     )
-    group.add_argument("--ft-llm-model", metavar="NAME", default=None, help="model name to ask")
     group.add_argument(
-        "--ft-llm-api-key-file",
+        *names("--ft-llm-model"), metavar="NAME", default=None, help="model name to ask"
+    )
+    group.add_argument(
+        *names("--ft-llm-api-key-file"),
         metavar="PATH",
         default=None,
         help="file whose first line is the API key (default: $OPENAI_API_KEY, else no key)",

@@ -28,7 +28,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "explanations, log and Flight Recorder analysis. Speaks MCP on stdio by default.",
     )
     p.add_argument(
-        "--db", metavar="URL", help="history database URL (default: $RELAUNCH_HOME/relaunch.db)"
+        "--db",
+        metavar="URL",
+        help="history database URL (default: $RELAUNCH_DB, else "
+        "sqlite:///$RELAUNCH_HOME/relaunch.db; RELAUNCH_HOME defaults to ~/.relaunch)",
     )
     p.add_argument(
         "--allowed-root",
@@ -88,13 +91,16 @@ def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file) if args.token_file else None
     from relaunch import storage
     from relaunch.attribution.mcp.server import build_server
+    from relaunch.storage.location import describe, history_url
 
+    url, source = history_url(args.db)
     try:
-        repo = storage.open_repository(args.db)
+        repo = storage.open_repository(url)
     except storage.StorageError as exc:
         raise UserError(str(exc)) from None
     except Exception as exc:  # a malformed URL (sqlalchemy ArgumentError, ValueError)
-        raise UserError(f"cannot open database {args.db!r}: {exc}") from None
+        raise UserError(f"cannot open database {url!r}: {exc}") from None
+    print(f"relaunch mcp: {describe(url, source)}", file=sys.stderr, flush=True)  # stdout: MCP
     # stdout carries the protocol on stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     server = build_server(repo, roots, dashboard_url=args.dashboard_url)

@@ -40,6 +40,18 @@ class _OneLineParser(argparse.ArgumentParser):
         return f" (did you mean {close[0]}?)" if close else f" (see {self.prog} --help)"
 
 
+class _RunParser(_OneLineParser):
+    """`relaunch run`'s parser: switches also take NVRx's value style (`--x false`)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        from relaunch.launcher.config import normalize_switches
+
+        given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(normalize_switches(self, given), namespace)
+
+
 _EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -67,7 +79,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _install_early_handlers()
     from relaunch.launcher import config
 
-    parser = _OneLineParser(
+    parser = _RunParser(
         prog=prog,
         description="Launch and supervise a fault-tolerant torch.distributed training job.",
         epilog="Exit codes: 0 success, 1 restart budget spent, 2 usage error (or the job "
@@ -78,12 +90,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--ft-cfg-path",
         "--ft_cfg_path",
+        "--ft-cfg_path",
         dest="ft_cfg_path",
         default=None,
         help="YAML file of options; an option given on the command line wins",
     )
+    parser.add_argument(
+        "--ft-ignore-missing-cfg",
+        dest="ft_ignore_missing_cfg",
+        action="store_true",
+        help="a missing --ft-cfg-path file is a warning (defaults apply), not an error (NVRx)",
+    )
     config.add_arguments(parser)
-    llm_options.add_arguments(parser)
+    llm_options.add_arguments(parser, nvrx=True)
     parser.add_argument("script", help="training script (run as `python -u SCRIPT ARGS...`)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     return parser
@@ -93,11 +112,16 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
     """Resolve defaults < YAML < CLI; raises UserError on a bad config."""
     from relaunch.launcher import config
 
-    cli = {k: v for k, v in vars(args).items() if k not in ("ft_cfg_path",)}
+    cli = {k: v for k, v in vars(args).items() if k not in ("ft_cfg_path", "ft_ignore_missing_cfg")}
+    cfg_path, missing = args.ft_cfg_path, None
+    if cfg_path and args.ft_ignore_missing_cfg and not os.path.exists(cfg_path):
+        cfg_path, missing = None, f"--ft-cfg-path {args.ft_cfg_path}: no such file; defaults apply"
     try:
-        settings = config.resolve(cli, args.ft_cfg_path)
+        settings = config.resolve(cli, cfg_path)
     except config.ConfigError as exc:
         raise UserError(str(exc)) from None
+    if missing:
+        settings.warnings.insert(0, missing)
     problem = settings.check_script()
     if problem:
         raise UserError(problem)
@@ -122,12 +146,27 @@ def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSetti
     return settings
 
 
+def _worker_master(settings: Any) -> None:
+    """--master-port given and the rendezvous there: the workers' MASTER_ADDR/MASTER_PORT
+    are exactly --master-addr:--master-port (launcher.worker_store), as under torchrun."""
+    from relaunch.launcher.worker_store import MASTER_ENV
+
+    os.environ.pop(MASTER_ENV, None)
+    if settings.master_port is None or settings.sources.get("master_port") == "default":
+        return
+    host, _, port = settings.rdzv_endpoint.rpartition(":")
+    if port == str(settings.master_port):
+        os.environ[MASTER_ENV] = f"{host}:{settings.master_port}"
+
+
 def run(args: argparse.Namespace) -> int:
     _install_early_handlers()
     try:
         settings = settings_from_args(args)
         for warning in settings.warnings:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
+        print(f"relaunch run: {settings.history_line()}", file=sys.stderr, flush=True)
+        _worker_master(settings)
         from relaunch.launcher.agent import launch
 
         return launch(settings).exit_code

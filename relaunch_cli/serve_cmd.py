@@ -10,12 +10,14 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 
 from relaunch.cli import llm_options, slack_options
 from relaunch.cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch.cli.errors import UserError
 from relaunch.cli.token_file import read_token
+from relaunch.storage.location import describe, history_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8570
@@ -35,7 +37,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--uds", metavar="PATH", help="listen on this Unix socket instead of TCP")
     p.add_argument(
-        "--db", metavar="URL", help="history database URL (default: SQLite in $RELAUNCH_HOME)"
+        "--db",
+        metavar="URL",
+        help="history database URL (default: $RELAUNCH_DB, else "
+        "sqlite:///$RELAUNCH_HOME/relaunch.db; RELAUNCH_HOME defaults to ~/.relaunch)",
     )
     p.add_argument(
         "--allowed-root",
@@ -215,7 +220,7 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
     policy = policy_from_args(args)
     return ServiceSettings(
         policy=policy,
-        db_url=args.db,
+        db_url=history_url(args.db)[0],
         allowed_roots=roots,
         token=read_token(args.token_file) if args.token_file else None,
         audit_dir=Path(args.audit_dir) if args.audit_dir else None,
@@ -271,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings)
     except StorageError as exc:
         raise UserError(str(exc)) from None
+    print(f"relaunch serve: {describe(*history_url(args.db))}", file=sys.stderr, flush=True)
     sock = _unix_socket(args.uds) if args.uds else None
     config = uvicorn.Config(
         app,

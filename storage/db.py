@@ -10,7 +10,6 @@ upgrade. Bad URLs raise `StorageError` with a one-line message.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -21,6 +20,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
+
+from relaunch.storage.location import default_url, relaunch_home  # noqa: F401 - re-exported
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
 _WRITE_OPTION = "relaunch_write"
@@ -33,17 +34,6 @@ class StorageError(Exception):
 class StorageUnavailable(StorageError):
     """The database cannot keep a write now (its file deleted or replaced, the disk full,
     the directory read-only): the service answers 503 and acknowledges nothing."""
-
-
-def relaunch_home() -> Path:
-    """`$RELAUNCH_HOME`, or `~/.relaunch`."""
-    home = os.environ.get("RELAUNCH_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".relaunch"
-
-
-def default_url() -> str:
-    """The default database: an SQLite file in `relaunch_home()`."""
-    return f"sqlite:///{relaunch_home() / 'relaunch.db'}"
 
 
 def parse_url(url: str | None) -> URL:

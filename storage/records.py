@@ -37,6 +37,10 @@ class JobRecord:
     exit_code: int | None = None  # set with the final state (`end_job`)
     ended_at: datetime | None = None
     end_reason: str | None = None
+    # the deciding verdict (last_decision ...): the cycle it is on, and whether the
+    # launcher acted on it ("acted" | "recorded" | "pending": storage.job_end)
+    decision_cycle: int | None = None
+    verdict_effect: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 from relaunch.restart_agent.model import Decision, JobState
 from relaunch.storage import job_id as job_id_rule
 from relaunch.storage.db import StorageError, StorageUnavailable, writer
+from relaunch.storage.job_end import verdict_effect
 from relaunch.storage.models import AlertClaim, Cycle, EvidenceRow, Job
 from relaunch.storage.records import CycleRecord, JobRecord, as_utc
 
@@ -747,9 +748,11 @@ class HistoryRepository:
 
     def _list_jobs(self, *, job_id: str | None = None, limit: int | None = None) -> list[JobRecord]:
         def op(session: Session) -> list[JobRecord]:
+            # the deciding verdict (as the dashboard's): a stopped job's STOP is not hidden
+            # by a later cycle that was registered and never analysed
             q = (
                 select(Job, Cycle)
-                .outerjoin(Cycle, (Cycle.job_pk == Job.id) & (Cycle.cycle == Job.last_cycle))
+                .outerjoin(Cycle, (Cycle.job_pk == Job.id) & (Cycle.cycle == _deciding_cycle()))
                 .order_by(Job.updated_at.desc(), Job.id.desc())
             )
             if job_id is not None:
@@ -773,6 +776,15 @@ class HistoryRepository:
                         exit_code=job.exit_code,
                         ended_at=as_utc(job.ended_at),
                         end_reason=job.end_reason,
+                        decision_cycle=cyc.cycle if cyc else None,
+                        verdict_effect=verdict_effect(
+                            cyc.decision if cyc else None,
+                            cyc.cycle if cyc else None,
+                            job.last_cycle,
+                            job.exit_code,
+                            job.end_reason,
+                            job.state,
+                        ),
                     )
                 )
             return out
@@ -925,25 +937,7 @@ class HistoryRepository:
         (a stopped job can have later cycles: registered, never analysed), otherwise the
         latest verdict of any kind. Jobs without any verdict have None columns."""
 
-        # Per job, the newest cycle with a verdict (with a STOP): each one index walk
-        # backwards over (job_pk, cycle), stopping at the first match.
-        def newest(*where: Any) -> Any:
-            inner = aliased(Cycle)
-            return (
-                select(inner.cycle)
-                .where(inner.job_pk == Job.id, *[w(inner) for w in where])
-                .order_by(inner.cycle.desc())
-                .limit(1)
-                .correlate(Job)
-                .scalar_subquery()
-            )
-
-        latest = newest(lambda c: c.decision.is_not(None))
-        stop = newest(lambda c: c.decision == "STOP")
-        chosen = case(
-            (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
-            else_=latest,
-        )
+        chosen = _deciding_cycle()
         cyc = aliased(Cycle, name="deciding")
         ev = aliased(EvidenceRow, name="primary_ev")
         q = (
@@ -954,6 +948,9 @@ class HistoryRepository:
                 Job.last_cycle,
                 Job.created_at,
                 Job.updated_at,
+                Job.exit_code,
+                Job.ended_at,
+                Job.end_reason,
                 cyc.cycle.label("cycle"),
                 cyc.decision,
                 cyc.rule,
@@ -970,6 +967,32 @@ class HistoryRepository:
             .outerjoin(ev, (ev.cycle_pk == cyc.id) & ev.is_primary.is_(True))
         )
         return q, cyc
+
+
+def _deciding_cycle() -> Any:
+    """Per job (correlated): the cycle of its deciding verdict: the latest STOP when the
+    job is stopped or failed (a stopped job can have later cycles: registered, never
+    analysed), otherwise the latest verdict of any kind; None without any verdict."""
+
+    # Per job, the newest cycle with a verdict (with a STOP): each one index walk
+    # backwards over (job_pk, cycle), stopping at the first match.
+    def newest(*where: Any) -> Any:
+        inner = aliased(Cycle)
+        return (
+            select(inner.cycle)
+            .where(inner.job_pk == Job.id, *[w(inner) for w in where])
+            .order_by(inner.cycle.desc())
+            .limit(1)
+            .correlate(Job)
+            .scalar_subquery()
+        )
+
+    latest = newest(lambda c: c.decision.is_not(None))
+    stop = newest(lambda c: c.decision == "STOP")
+    return case(
+        (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
+        else_=latest,
+    )
 
 
 def verdict_job_state(
@@ -1008,6 +1031,9 @@ def _overview(r: Any) -> dict[str, Any]:
         "last_cycle": r["last_cycle"],
         "created_at": as_utc(r["created_at"]),
         "updated_at": as_utc(r["updated_at"]),
+        "exit_code": r["exit_code"],
+        "ended_at": as_utc(r["ended_at"]),
+        "end_reason": r["end_reason"],
         "deciding": {
             "cycle": r["cycle"],
             "decision": r["decision"],
@@ -1018,6 +1044,14 @@ def _overview(r: Any) -> dict[str, Any]:
             "rank": r["primary_rank"],
             "node": r["primary_node"] or r["cycle_node"],
             "analysed_at": as_utc(r["analysed_at"]),
+            "effect": verdict_effect(
+                r["decision"],
+                r["cycle"],
+                r["last_cycle"],
+                r["exit_code"],
+                r["end_reason"],
+                r["state"],
+            ),
         }
         if decided
         else None,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._cli_helpers import run_analyze
+from relaunch.storage import open_repository
+from tests._cli_helpers import hermetic_env, run_analyze
 from tests._storage_helpers import (
     REPO_ROOT,
     infra_log,
@@ -107,12 +108,56 @@ def test_certain_workload_bug_stops_at_once(tmp_path):
 
 def test_cycle_defaults_to_the_next_one_and_history_persists(tmp_path):
     db = sqlite_url(tmp_path)
-    log = write(tmp_path, "i.log", infra_log())
-    cycles = [analyze_json(log, "--db", db, "--job-id", "auto")["cycle"] for _ in range(3)]
+    logs = [write(tmp_path, f"i{n}.log", infra_log()) for n in range(4)]
+    cycles = [analyze_json(log, "--db", db, "--job-id", "auto")["cycle"] for log in logs[:3]]
     assert cycles == [0, 1, 2]
-    v = analyze_json(log, "--db", db, "--job-id", "auto")
+    v = analyze_json(logs[3], "--db", db, "--job-id", "auto")
     assert v["cycle"] == 3 and v["history"]["same_root_prior_cycles"] == 3
-    assert v["log"]["size"] == log.stat().st_size and len(v["log"]["sha256"]) == 64
+    assert v["log"]["size"] == logs[3].stat().st_size and len(v["log"]["sha256"]) == 64
+    assert v["log"]["path"] == str(logs[3].resolve())  # stored absolute
+    # issue 25: a log the history knows is its cycle again, no phantom next cycle
+    again = analyze_json(logs[1], "--db", db, "--job-id", "auto")
+    assert again["cycle"] == 1 and again["history"]["same_root_prior_cycles"] == 1
+
+
+def test_history_is_said_in_text_and_json(tmp_path):
+    log = write(tmp_path, "i.log", infra_log())
+    p = run_analyze(log, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)
+    assert v["history_db"] == {
+        "used": False,
+        "source": "none",
+        "saved": False,
+        "says": "history: none (no --job-id: decided without earlier cycles)",
+    }
+    assert p.stderr == ""  # no history: said in the output, not on stderr
+    text = run_analyze(log).stdout
+    assert "stored:    history: none (no --job-id: decided without earlier cycles)" in text
+    # --job-id without --db: the default history is read (here: none exists), never created
+    p = run_analyze(log, "--job-id", "j", "--format", "json")
+    assert "history: none (no history database at" in json.loads(p.stdout)["history_db"]["says"]
+
+
+def test_default_history_is_read_not_written(tmp_path):
+    db = tmp_path / "relaunch.db"
+    log = write(tmp_path, "w.log", workload_log())
+    analyze_json(log, "--db", f"sqlite:///{db}", "--job-id", "j", "--cycle", "0")
+    env = {**hermetic_env(), "RELAUNCH_DB": f"sqlite:///{db}"}
+    p = subprocess.run(
+        [sys.executable, "-m", "relaunch.cli", "analyze", str(write(tmp_path, "w1.log", workload_log()))]
+        + ["--job-id", "j", "--format", "json"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)
+    assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1  # what run saw
+    assert v["history_db"]["source"] == "$RELAUNCH_DB" and v["history_db"]["saved"] is False
+    assert "not saved: pass --db URL" in v["history_db"]["says"]
+    assert f"history: {db}" in p.stderr
+    repo = open_repository(f"sqlite:///{db}")
+    assert [c.cycle for c in repo.list_cycles("j")] == [0]  # nothing recorded
+    repo.close()
 
 
 def test_without_db_history_is_empty_every_time(tmp_path):
@@ -239,7 +284,7 @@ def test_read_only_database_is_a_database_error_and_keeps_history(tmp_path):
         dbdir.chmod(0o755)
         (dbdir / "relaunch.db").chmod(0o644)
     _one_line_error(p, 3, "readonly database")
-    v = analyze_json(log, "--db", db, "--job-id", "j")
+    v = analyze_json(write(tmp_path, "i1.log", infra_log()), "--db", db, "--job-id", "j")
     assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1
 
 
@@ -287,7 +332,7 @@ def test_bad_input_loses_no_history(tmp_path):
     analyze_json(log, "--db", db, "--job-id", "j", "--cycle", "0")
     assert run_analyze(tmp_path / "missing.log", "--db", db, "--job-id", "j").returncode == 2
     assert run_analyze(log, "--db", db, "--job-id", "j", "--cycle", "-5").returncode == 2
-    v = analyze_json(log, "--db", db, "--job-id", "j")
+    v = analyze_json(write(tmp_path, "i1.log", infra_log()), "--db", db, "--job-id", "j")
     assert v["cycle"] == 1 and v["history"]["same_root_prior_cycles"] == 1
 
 

@@ -18,9 +18,9 @@ LOOPS = 2
 RUNS_PER_LOOP = 12
 
 
-def _loop(cmd: list[str], results: list[dict], errors: list[str]) -> None:
+def _loop(cmds: list[list[str]], results: list[dict], errors: list[str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    for _ in range(RUNS_PER_LOOP):
+    for cmd in cmds:
         p = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
         if p.returncode != 0:
             errors.append(p.stderr)
@@ -31,13 +31,19 @@ def _loop(cmd: list[str], results: list[dict], errors: list[str]) -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_concurrent_analyze_loops_lose_no_verdict(tmp_path, backend):
     db = sqlite_url(tmp_path) if backend == "sqlite" else pg_url_or_skip()
-    log = tmp_path / "cycle.log"
-    log.write_text(infra_log())
-    cmd = [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", db]
-    cmd += ["--job-id", "same", "--format", "json"]
+    # one log per run (a log the history already knows is its own cycle again: issue 25)
+    loops: list[list[list[str]]] = []
+    for n in range(LOOPS):
+        cmds = []
+        for k in range(RUNS_PER_LOOP):
+            log = tmp_path / f"cycle-{n}-{k}.log"
+            log.write_text(infra_log())
+            cmd = [sys.executable, "-m", "relaunch.cli", "analyze", str(log), "--db", db]
+            cmds.append(cmd + ["--job-id", "same", "--format", "json"])
+        loops.append(cmds)
     results: list[dict] = []
     errors: list[str] = []
-    threads = [threading.Thread(target=_loop, args=(cmd, results, errors)) for _ in range(LOOPS)]
+    threads = [threading.Thread(target=_loop, args=(c, results, errors)) for c in loops]
     for t in threads:
         t.start()
     for t in threads:

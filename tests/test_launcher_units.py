@@ -333,11 +333,23 @@ def test_resolve_precedence_default_yaml_cli(tmp_path: Path) -> None:
 
 
 def test_db_url_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 25: one history for run, serve, analyze and mcp: flag > $RELAUNCH_DB > default
     monkeypatch.delenv("RELAUNCH_HOME", raising=False)
+    monkeypatch.delenv("RELAUNCH_DB", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
     s = config.resolve({"log_dir": str(tmp_path / "logs"), "job_id": "j"})
-    assert s.db_url() == f"sqlite:///{tmp_path / 'logs' / 'relaunch.db'}"
+    assert s.db_url() == f"sqlite:///{tmp_path / 'user' / '.relaunch' / 'relaunch.db'}"
     monkeypatch.setenv("RELAUNCH_HOME", str(tmp_path / "home"))
     assert s.db_url() == f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}"
+    assert s.history_line().startswith(f"history: {tmp_path / 'home' / 'relaunch.db'} (default")
+    monkeypatch.setenv("RELAUNCH_DB", "sqlite:///elsewhere.db")
+    assert s.db_url() == "sqlite:///elsewhere.db"
+    assert "($RELAUNCH_DB; precedence: flag > $RELAUNCH_DB > default)" in s.history_line()
+    s.ft_db_url = "sqlite:///given.db"
+    assert s.db_url() == "sqlite:///given.db"
+    assert "(given on the command line;" in s.history_line()
+    s.ft_attribution_endpoint = "off"
+    assert s.history_line() == "history: none (--ft-attribution-endpoint off: no verdicts are kept)"
     assert s.audit_dir() == str(tmp_path / "logs" / "audit")
 
 

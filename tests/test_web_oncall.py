@@ -81,7 +81,7 @@ def test_jobs_list_shows_the_deciding_verdict_failing_jobs_first(site: dict[str,
     running = text_of(html[html.index('data-job="oom-job"') :].split("</tr>")[0])
     assert "RESTART cycle 0" in running and "rank 1 · gpu-7" in running
     counts = {m[1]: int(m[0]) for m in re.findall(r'<span class="n">(\d+)</span> (\w+)</a>', html)}
-    assert counts == {"running": 2, "stopped": 2, "failed": 0, "succeeded": 0}
+    assert counts == {"running": 2, "stopped": 2, "failed": 0, "succeeded": 0, "interrupted": 0}
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_time_window_filters_the_counts_too(site: dict[str, Any]) -> None:
     html = http_get(site["url"] + "/", params={"since": before}).text
     assert len(job_rows(html)) == 4 and "active from" in html
     html = http_get(site["url"] + "/", params={"until": "2000-01-01T00:00Z"}).text
-    assert re.findall(r'<span class="n">(\d+)</span>', html) == ["0", "0", "0", "0"]
+    assert re.findall(r"<span class=\"n\">(\d+)</span>", html) == ["0"] * 5  # + interrupted
 
 
 @pytest.mark.parametrize(

@@ -47,13 +47,16 @@ def _span(row: Mapping[str, Any], now: datetime) -> tuple[datetime, datetime] | 
     return start, max(end, start)
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart)."""
+def nice_ticks(lo: float, hi: float, count: int = 5, *, integer: bool = False) -> list[float]:
+    """Round tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart);
+    `integer`: whole numbers only (an iteration axis up to 3 must not label 0, 0, 1, 1)."""
     if hi <= lo:
         hi = lo + 1
     raw = (hi - lo) / max(count, 1)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    if integer:
+        step = max(step, 1)
     first = math.floor(lo / step) * step
     ticks, t = [], first
     while t <= hi + step * 1e-9:
@@ -213,7 +216,7 @@ def iterations_chart(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[s
     x0, x1 = PAD_LEFT, WIDTH - PAD_RIGHT
     window = _window(rows, now)  # the cycle timeline's axis: the two charts line up
     timed = window is not None and all(_span(r, now) for r in known)
-    y_ticks = nice_ticks(0, max(int(r["iteration"]) for r in known) or 1)
+    y_ticks = nice_ticks(0, max(int(r["iteration"]) for r in known) or 1, integer=True)
     y_top = y_ticks[-1] or 1
     inner = height - top - bottom
 
@@ -231,8 +234,8 @@ def iterations_chart(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[s
         def cx(c: int) -> float:
             return round(x0 + 12 + (c - c0) / width * (x1 - x0 - 24), 1)
 
-        ticks = [{"x": cx(int(v)), "label": str(int(v))} for v in nice_ticks(c0, c1, 8)
-                 if c0 <= v <= c1 and v == int(v)]  # fmt: skip
+        ticks = [{"x": cx(int(v)), "label": str(int(v))}
+                 for v in nice_ticks(c0, c1, 8, integer=True) if c0 <= v <= c1]  # fmt: skip
         x_title = "cycle"
 
     points, segments = [], []

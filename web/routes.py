@@ -344,6 +344,7 @@ def jobs_page(
         limit=JOBS_LIMIT + 1,
     )
     jobs = [views.overview_row(o) for o in overviews]
+    counts = repo.job_state_counts(since=t0, until=t1)
     filtered = bool(state or job or failure_class or t0 or t1)
     return _render(
         request,
@@ -352,7 +353,11 @@ def jobs_page(
         jobs=jobs[:JOBS_LIMIT],
         more_jobs=len(jobs) > JOBS_LIMIT,
         jobs_limit=JOBS_LIMIT,
-        counts=repo.job_state_counts(since=t0, until=t1),
+        counts=counts,
+        counted=[
+            *views.COUNTED_STATES,
+            *(k for k in counts if k not in views.COUNTED_STATES and k != "total" and counts[k]),
+        ],
         classes=[]
         if request.query_params.get("fragment") == "1"  # the datalist is outside <main>
         else [f["failure_class"] for f in dashboard_queries.failure_classes(repo, FACETS)],
@@ -508,7 +513,9 @@ def cycle_page(request: Request, dash: DashDep, job_id: str, cycle: str) -> Resp
     job = repo.get_job(job_id)
     jrow = views.job_row(job) if job is not None else {"job_id": job_id, "live": False}
     detail = views.cycle_detail(record)
-    detail["next_step"] = next_step(detail["decision"], detail["primary"], detail["status"])
+    detail["next_step"] = next_step(
+        detail["decision"], detail["primary"], detail["status"], job_ended=not jrow["live"]
+    )
     excerpt, log_error = None, None
     try:
         with dash.open_log(record) as fh:

@@ -16,7 +16,22 @@ from typing import Any
 
 from relaunch.web.straggler_strip import straggler_strip
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted", "lost"})
+# the jobs list's counts, always shown (any other state stored is shown when it occurs)
+COUNTED_STATES = ("running", "stopped", "failed", "succeeded", "interrupted")
+
+# what the deciding verdict did (storage.job_end.verdict_effect), in words
+_EFFECT_TEXT = {
+    ("STOP", "acted"): "acted on: the launcher ended the job on this STOP",
+    ("STOP", "recorded"): "recorded only: the launcher did not stop the job on it (acting on "
+    "STOP is opt-in: --ft-attribution-stop-action no-restart)",
+    ("STOP", "pending"): "pending: the job ends on it only with "
+    "--ft-attribution-stop-action no-restart",
+    ("RESTART", "acted"): "acted on: the launcher restarted the workers",
+    ("RESTART", "recorded"): "recorded only: the job ended before another cycle started",
+    ("RESTART", "pending"): "pending: the launcher restarts the workers",
+}
+_EFFECT_BADGE = {"acted": "acted on", "recorded": "recorded only", "pending": "pending"}
 
 
 def as_dict(record: Any) -> dict[str, Any]:
@@ -137,7 +152,14 @@ def _int(value: Any) -> int | None:
 def overview_row(o: Mapping[str, Any]) -> dict[str, Any]:
     """One row of the jobs list: `HistoryRepository.job_overviews` with its deciding verdict."""
     d = o.get("deciding") or {}
-    row = job_row(o)
+    row = job_row(
+        {
+            **o,
+            "last_decision": d.get("decision"),
+            "decision_cycle": d.get("cycle"),
+            "verdict_effect": d.get("effect"),
+        }
+    )
     row.update(
         decision=d.get("decision"),
         decision_cycle=d.get("cycle"),
@@ -147,13 +169,33 @@ def overview_row(o: Mapping[str, Any]) -> dict[str, Any]:
         rank=d.get("rank"),
         node=d.get("node"),
         decided=fmt_time(d.get("analysed_at")),
-        failing=row["state"] in ("stopped", "failed") or d.get("decision") == "STOP",
+        failing=row["state"] in ("stopped", "failed", "lost") or d.get("decision") == "STOP",
     )
     return row
 
 
+def effect_text(decision: Any, effect: Any) -> str:
+    """What the deciding verdict did, in one sentence ("" when unknown)."""
+    return _EFFECT_TEXT.get((str(decision), str(effect)), "")
+
+
+def end_text(j: Mapping[str, Any]) -> str:
+    """How the job ended, one line: state, exit code, reason (or that it has not)."""
+    state = str(j.get("state") or "unknown")
+    code, reason = j.get("exit_code"), j.get("end_reason")
+    if code is None and not reason and state not in TERMINAL_STATES:
+        return "not ended: the launcher has not reported an end"
+    parts = [state]
+    parts.append(f"exit code {code}" if code is not None else "no exit code recorded")
+    if reason:
+        parts.append(str(reason))
+    return " · ".join(parts)
+
+
 def job_row(record: Any) -> dict[str, Any]:
     j = as_dict(record)
+    effect = j.get("verdict_effect")
+    decision = j.get("last_decision")
     return {
         "job_id": j.get("job_id"),
         "state": j.get("state") or "unknown",
@@ -164,7 +206,19 @@ def job_row(record: Any) -> dict[str, Any]:
         "last_failure_class": j.get("last_failure_class"),
         "updated": fmt_time(j.get("updated_at")),
         "created": fmt_time(j.get("created_at")),
-        "live": (j.get("state") or "unknown") not in TERMINAL_STATES,
+        "live": (j.get("state") or "unknown") not in TERMINAL_STATES and j.get("exit_code") is None,
+        "exit_code": _int(j.get("exit_code")),
+        # the launcher reported the end (a "stopped" state alone may be a STOP verdict saved
+        # while the launcher runs on: acting on STOP is opt-in)
+        "has_ended": j.get("exit_code") is not None
+        or (j.get("state") or "unknown") in TERMINAL_STATES - {"stopped"},
+        "end_reason": j.get("end_reason") or "",
+        "ended": fmt_time(j.get("ended_at")),
+        "end": end_text(j),
+        "decision_cycle": _int(j.get("decision_cycle")),
+        "effect": effect,
+        "effect_badge": _EFFECT_BADGE.get(str(effect), ""),
+        "effect_text": effect_text(decision, effect),
     }
 
 
