@@ -71,6 +71,12 @@ EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
 EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
 EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
 
+EMBEDDED_MULTINODE = (
+    "--ft-attribution-endpoint embedded analyses one node's log only; a job of several "
+    "nodes needs one verdict over all of them: run `relaunch serve --allowed-root LOG_DIR` "
+    "and give every node --ft-attribution-endpoint http://HOST:8570 (or use off); "
+    "no worker was started"
+)
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -406,7 +412,9 @@ class RelaunchAgent(LocalElasticAgent):
         )
         for text in late:  # verdicts that arrived between two cycles
             log.event(text)
-        self.attribution.register(self.settings.job_id, cycle, log_path, node)
+        nodes = worker_group.group_world_size if node is not None else None
+        self.attribution.register(self.settings.job_id, cycle, log_path, node, nodes)
+        self.attribution.start_lease(self.settings.job_id, node)  # renewed while it runs
         return st
 
     def _end_cycle(self, outcome: JobState) -> None:
@@ -438,7 +446,12 @@ class RelaunchAgent(LocalElasticAgent):
         reason = st.failure if outcome != JobState.SUCCEEDED else "all ranks exited with code 0"
         # the analysis reads the end too: recorded first, so it is never left `registered`
         self.attribution.end_cycle(job, st.cycle, outcome, reason)
-        if st.failure is not None and not st.stopped_by_verdict and outcome == JobState.FAILED:
+        # a multi-node cycle has one verdict, decided over every node's log: a node whose
+        # workers were stopped because another node failed asks for it too
+        failed = outcome == JobState.FAILED or (
+            st.node is not None and outcome == JobState.STOPPED and self.attribution.name == "http"
+        )
+        if st.failure is not None and not st.stopped_by_verdict and failed:
             self.attribution.request_analysis(job, st.cycle, st.log_path, st.node)
 
     # -- elastic hooks ------------------------------------------------------------
@@ -1014,6 +1027,9 @@ def launch(
     state and the verdicts received, read after the history is flushed. A single-node job
     holds its job directory for the run (`launcher.job_lock`): a second launcher of the
     same job on this host gets exit 2."""
+    if settings.min_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
+        print(f"relaunch: error: {EMBEDDED_MULTINODE}", file=out, flush=True)
+        return LaunchResult(2)
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     if settings.max_nodes > 1:
         with _torch_store_sharing_off(settings):

@@ -28,6 +28,7 @@ ERROR_STATUS: dict[str, int] = {
     "not_found": 404,
     "not_submitted": 404,
     "method_not_allowed": 405,
+    "conflict": 409,  # a node's log of a cycle is already stored with another path
     "payload_too_large": 413,
     "malformed_request": 422,
     "rate_limited": 429,
@@ -44,7 +45,7 @@ class ErrorBody(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)
 }
 
 
