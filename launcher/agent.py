@@ -49,7 +49,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
 from relaunch.attribution.core.terminal import safe_text
-from relaunch.launcher import facts, job_lock, jobwide, progress_guard
+from relaunch.launcher import facts, fr_dumps, job_lock, jobwide, progress_guard
 from relaunch.launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from relaunch.launcher.config import RunSettings
 from relaunch.launcher.console import Console
@@ -110,6 +110,8 @@ class _CycleState:
     ranks: tuple[int, ...] = ()  # global ranks of this node
     iterations: dict[int, int] | None = None  # last iteration reported per global rank
     exits: ExitTimes | None = None  # when each worker process exited (pidfds)
+    fr_dir: Path | None = None  # where this cycle's Flight Recorder dumps go
+    fr_done: bool = False  # this node's workers were asked for their dumps
 
 
 @contextlib.contextmanager
@@ -253,6 +255,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._heartbeats = HeartbeatServer(
             on_progress=self._on_progress, on_straggler=self._stragglers.on_message
         )
+        self._fr_user = fr_dumps.user_environment()  # the user's FR settings win
         self._cycle_no = -1
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
@@ -413,7 +416,14 @@ class RelaunchAgent(LocalElasticAgent):
         for text in late:  # verdicts that arrived between two cycles
             log.event(text)
         nodes = worker_group.group_world_size if node is not None else None
-        self.attribution.register(self.settings.job_id, cycle, log_path, node, nodes)
+        self.attribution.register(
+            self.settings.job_id,
+            cycle,
+            log_path,
+            node,
+            nodes,
+            fr_dir=str(fr_dumps.cycle_dir(job_dir, cycle).resolve()),
+        )
         self.attribution.start_lease(self.settings.job_id, node)  # renewed while it runs
         return st
 
@@ -629,6 +639,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._monitor = monitor
         os.environ[ENV_SOCKET] = self._heartbeats.path
         os.environ[ENV_CYCLE] = str(st.cycle)
+        st.fr_dir = fr_dumps.cycle_env(os.environ, self._fr_user, self.settings.job_dir, st.cycle)
         ranks = [w.global_rank for w in worker_group.workers]
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(
@@ -730,8 +741,12 @@ class RelaunchAgent(LocalElasticAgent):
         elif result.state == WorkerState.SUCCEEDED:
             st.log.event("all ranks exited with code 0")
         elif result.state == WorkerState.HEALTHY:
+            multi = self.settings.max_nodes > 1
+            if multi and not st.fr_done and fr_dumps.requested(worker_group.store):
+                self._fr_dumps(st, worker_group, ask=False)  # another node saw a hang
             hang = self._monitor.find_hang() if self._monitor is not None else None
             if hang is not None:
+                self._fr_dumps(st, worker_group, ask=multi)  # before any worker is stopped
                 text = hang.describe()
                 st.log.event(
                     facts.hang(
@@ -749,6 +764,35 @@ class RelaunchAgent(LocalElasticAgent):
                 self.attribution.hold()
                 return RunResult(state=WorkerState.FAILED)
         return result
+
+    def _fr_dumps(self, st: _CycleState, worker_group: WorkerGroup, *, ask: bool) -> None:
+        """Have this node's workers write their Flight Recorder dumps (bounded wait); with
+        `ask`, first ask every node through the store and then wait for all of them."""
+        if st.fr_done or st.fr_dir is None:
+            return
+        st.fr_done = True
+        store, rank = worker_group.store, worker_group.group_rank
+        try:
+            if ask:
+                fr_dumps.ask_nodes(store, f"hang on node {rank}")
+            # only ranks that use relaunch.client have the dump handler: wait for those
+            seen = self._monitor.ranks_seen() if self._monitor is not None else set()
+            got = fr_dumps.request(st.fr_dir, sorted(set(st.ranks) & set(seen)))
+            if self.settings.max_nodes > 1 and rank is not None:
+                fr_dumps.mark_done(store, rank, len(got))
+                if ask:
+                    world = worker_group.group_world_size or 1
+                    answered = fr_dumps.wait_nodes(store, world)
+                    if len(answered) < world:
+                        self._warn(
+                            f"flight recorder: {world - len(answered)} node(s) did not dump "
+                            f"within {fr_dumps.NODES_WAIT_S:g} s"
+                        )
+        except Exception as exc:  # the store or the folder went away: stop anyway
+            self._warn(f"flight recorder dumps not collected: {type(exc).__name__}: {exc}")
+            return
+        ranks = ",".join(map(str, got)) or "none"
+        st.log.event(f"flight recorder: dumps of ranks {ranks} in {st.fr_dir}")
 
     def _maybe_release_analysis(self, st: _CycleState, worker_group: WorkerGroup) -> None:
         """Let queued analyses run once the new workers are up: every local rank has

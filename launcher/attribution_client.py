@@ -107,6 +107,7 @@ class AttributionClient:
         self._health: dict[tuple[str, int], list[dict[str, Any]]] = {}
         # (job, cycle) -> (this node's group rank, the cycle's node count), from register
         self._cycle_nodes: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        self._fr_dirs: dict[tuple[str, int], str] = {}  # where the cycle's FR dumps go
         # The gate keeps analysis off the restart path: closed while workers are being
         # (re)started, opened once they run. A closed gate delays work by at most GATE_MAX_S.
         self._gate = threading.Event()
@@ -115,13 +116,22 @@ class AttributionClient:
 
     # -- public, non-blocking -------------------------------------------------
     def register(
-        self, job_id: str, cycle: int, log_path: str, node: int | None, nodes: int | None = None
+        self,
+        job_id: str,
+        cycle: int,
+        log_path: str,
+        node: int | None,
+        nodes: int | None = None,
+        *,
+        fr_dir: str | None = None,
     ) -> None:
         """A cycle started writing `log_path`; `node`: this launcher's group rank and
         `nodes`: how many nodes the cycle has (multi-node jobs; None on a single node)."""
         at = _utcnow()  # when the cycle started, not when the queue got to it
         with self._cond:
             self._cycle_nodes[(job_id, cycle)] = (node, nodes)
+            if fr_dir is not None:
+                self._fr_dirs[(job_id, cycle)] = fr_dir
         self._submit(lambda: self._register(job_id, cycle, log_path, node, at))
 
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
@@ -541,11 +551,14 @@ class HttpClient(AttributionClient):
         multi = self._multi(job_id, cycle)
         try:
             if multi is not None:  # one log per node, the cycle analysed over all of them
+                with self._cond:
+                    fr_dir = self._fr_dirs.get((job_id, cycle))
                 body = {
                     "log_path": log_path,
                     "nodes": multi[1],
                     "group_rank": node,
                     "host": socket.gethostname(),
+                    "fr_dir": fr_dir,
                 }
                 resp = self._http.post(self._nodes_url(job_id, cycle, f"/{multi[0]}"), json=body)
                 if resp.status_code >= 400:

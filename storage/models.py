@@ -182,6 +182,7 @@ class CycleLog(Base):
     log_size: Mapped[int | None] = mapped_column(BigInteger)
     log_sha256: Mapped[str | None] = mapped_column(String(64))
     host: Mapped[str | None] = mapped_column(String(255))
+    fr_dir: Mapped[str | None] = mapped_column(Text)  # the node's Flight Recorder dump folder
     registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(String(32))

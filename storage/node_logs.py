@@ -45,6 +45,7 @@ class NodeLogRecord:
     log_size: int | None
     log_sha256: str | None
     host: str | None
+    fr_dir: str | None
     registered_at: datetime
     ended_at: datetime | None
     outcome: str | None
@@ -58,6 +59,7 @@ class NodeLogRecord:
             "size": self.log_size,
             "sha256": self.log_sha256,
             "host": self.host,
+            "fr_dir": self.fr_dir,
             "registered_at": self.registered_at.isoformat(),
             "ended_at": None if self.ended_at is None else self.ended_at.isoformat(),
             "outcome": self.outcome,
@@ -88,6 +90,7 @@ def _record(row: CycleLog) -> NodeLogRecord:
         log_size=row.log_size,
         log_sha256=row.log_sha256,
         host=row.host,
+        fr_dir=row.fr_dir,
         registered_at=registered,
         ended_at=as_utc(row.ended_at),
         outcome=row.outcome,
@@ -117,6 +120,7 @@ def register_node_log(
     group_rank: int | None = None,
     nodes_expected: int | None = None,
     host: str | None = None,
+    fr_dir: str | None = None,
 ) -> NodeLogRecord:
     """Record that `node` writes `log_path` for (job, cycle). The same path again is a
     no-op (a retried request); another path raises `NodeLogConflict`."""
@@ -142,6 +146,7 @@ def register_node_log(
             nodes_expected=nodes_expected,
             log_path=log_path,
             host=None if host is None else host[:255],
+            fr_dir=fr_dir,
             registered_at=_now(),
         )
         session.add(row)

@@ -639,6 +639,20 @@ def _analyze_nodes(
             e.get("node") for e in ((previous.get("cycle_nodes") or {}).get("analysed") or [])
         ]
     result["cycle_nodes"] = section
+    if fr is not None:  # the Flight Recorder's culprits, joined with the log evidence
+        lines = [result.get("primary")] + list(result.get("evidence") or [])
+        joined: list[dict[str, Any]] = []
+        for e in lines:
+            if isinstance(e, dict) and e.get("rank") in set(fr) and e not in joined:
+                joined.append(e)
+        hangs = (((result.get("fan_out") or {}).get("launcher") or {}).get("hangs")) or []
+        result["flight_recorder"] = {
+            "culprit_ranks": list(fr),
+            "source": ((stored.fr_findings or {}).get("source") if stored else None),
+            "evidence": joined[:10],
+            "primary_is_culprit": (result.get("primary") or {}).get("rank") in set(fr),
+            "hangs": [h for h in hangs if isinstance(h, dict) and h.get("rank") in set(fr)],
+        }
     total = sum(int(e.get("size") or 0) for e in scanned)
     if engine.repo is not None:
         engine.repo.save_verdict(

@@ -27,7 +27,7 @@ from typing import Any
 
 from relaunch.attribution.core.engine import CHUNK_SIZE, AttributionEngine, NodeLog
 from relaunch.attribution.service.errors import ApiError
-from relaunch.attribution.service.paths import confine
+from relaunch.attribution.service.paths import confine, confine_dir
 from relaunch.storage import node_logs
 from relaunch.storage.repository import HistoryRepository
 
@@ -85,8 +85,14 @@ class CycleGather:
         nodes: int | None,
         group_rank: int | None,
         host: str | None,
+        fr_dir: str | None = None,
     ) -> dict[str, Any]:
         path = confine(raw_path, self.allowed_roots, must_exist=False)
+        fr = (
+            None
+            if fr_dir is None
+            else str(confine_dir(fr_dir, self.allowed_roots, must_exist=False))
+        )
         try:
             rec = node_logs.register_node_log(
                 self.repo,
@@ -97,6 +103,7 @@ class CycleGather:
                 group_rank=group_rank,
                 nodes_expected=nodes,
                 host=host,
+                fr_dir=fr,
             )
         except node_logs.NodeLogConflict as exc:
             raise ApiError("conflict", str(exc)) from None
@@ -182,8 +189,11 @@ class CycleGather:
         todo = [NodeLog(r.node, r.log_path, r.group_rank) for r in ended]
         g.error = None
 
+        fr_dirs = sorted({r.fr_dir for r in ended if r.fr_dir})
+
         def run() -> dict[str, Any]:
             try:
+                self._flight_recorder(job_id, cycle, fr_dirs)
                 return self.engine.analyze_nodes(
                     job_id,
                     cycle,
@@ -199,6 +209,33 @@ class CycleGather:
                 raise
 
         g.future = self.executor.submit(run)
+
+    def _flight_recorder(self, job_id: str, cycle: int, dirs: list[str]) -> None:
+        """Analyse the Flight Recorder dumps the nodes' launchers collected for the cycle
+        (their folders, re-checked inside the allowed roots; the restricted reader and
+        its size bounds apply) and store the findings: the analysis uses their culprits."""
+        from relaunch.attribution import fr as fr_mod
+
+        paths: list[str] = []
+        for d in dirs:
+            try:
+                where = confine_dir(d, self.allowed_roots, must_exist=True)
+            except ApiError:
+                continue  # gone, or a link out of the roots
+            if where.is_dir() and any(
+                p.name.startswith("rank_") and p.is_file() and not p.is_symlink()
+                for p in where.iterdir()
+            ):
+                paths.append(str(where))
+        if not paths:
+            return
+        try:
+            findings = fr_mod.analyze_paths(paths, workers=1)
+        except (ValueError, OSError) as exc:  # nothing readable: the logs decide alone
+            log.warning("flight recorder dumps of %s cycle %s unusable: %s", job_id, cycle, exc)
+            return
+        findings["source"] = "launcher"
+        self.engine.store_fr_findings(job_id, cycle, findings)
 
     # -- reads ----------------------------------------------------------------------------
     def status(self, job_id: str, cycle: int) -> dict[str, Any]:

@@ -33,6 +33,9 @@ class NodeLogIn(BaseModel):
     nodes: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     group_rank: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     host: str | None = Field(default=None, max_length=255)
+    # where the node's launcher puts the cycle's Flight Recorder dumps (read at analysis,
+    # inside the allowed roots only)
+    fr_dir: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
 class NodeEndIn(BaseModel):
@@ -71,6 +74,7 @@ async def register_node_log(
         nodes=body.nodes,
         group_rank=body.group_rank,
         host=body.host,
+        fr_dir=body.fr_dir,
     )
 
 

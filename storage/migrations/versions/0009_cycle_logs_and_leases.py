@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("log_size", sa.BigInteger(), nullable=True),
         sa.Column("log_sha256", sa.String(length=64), nullable=True),
         sa.Column("host", sa.String(length=255), nullable=True),
+        sa.Column("fr_dir", sa.Text(), nullable=True),
         sa.Column("registered_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("outcome", sa.String(length=32), nullable=True),
