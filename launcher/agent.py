@@ -256,6 +256,14 @@ class RelaunchAgent(LocalElasticAgent):
             on_progress=self._on_progress, on_straggler=self._stragglers.on_message
         )
         self._fr_user = fr_dumps.user_environment()  # the user's FR settings win
+        self._funnel_auto: Any = None  # --ft-log-funnel auto on several nodes
+        self._funnel_said = False
+        if settings.ft_log_funnel == "auto" and settings.max_nodes > 1:
+            from relaunch.launcher.funnel.auto import AutoFunnel
+
+            self._funnel_auto = AutoFunnel(
+                settings.job_dir, settings.rdzv_endpoint, settings.local_addr or None
+            )
         self._cycle_no = -1
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
@@ -384,7 +392,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._last_node = node
         job_dir = self.settings.job_dir
         log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
-        sink: LineSink = self._sink_factory(log_path, cycle, node)
+        sink: LineSink = self._cycle_sink(worker_group, log_path, cycle, node)
         spool = str(job_dir / ".spool" / Path(cycle_log_name(cycle, node)).stem)
         self._rank_logs.set_spool_dir(spool)
         log = CycleLog(
@@ -426,6 +434,31 @@ class RelaunchAgent(LocalElasticAgent):
         )
         self.attribution.start_lease(self.settings.job_id, node)  # renewed while it runs
         return st
+
+    def _cycle_sink(
+        self, worker_group: WorkerGroup, log_path: str, cycle: int, node: int | None
+    ) -> LineSink:
+        """The cycle log's sink; with `--ft-log-funnel auto` on several nodes, a stream to
+        the writer group rank 0 runs (launcher.funnel.auto), else the configured one."""
+        auto = self._funnel_auto
+        if auto is None or node is None:
+            return self._sink_factory(log_path, cycle, node)
+        try:
+            address = auto.address(worker_group.store, node)
+        except Exception as exc:  # no writer: this node's log stays local
+            self._warn(f"log funnel (auto) not available: {type(exc).__name__}: {exc}")
+            return FileSink(log_path)
+        if node == 0:
+            if not self._funnel_said:
+                self._funnel_said = True
+                self.say(f"log funnel writer (auto) at {address}, root {self.settings.job_dir}")
+            return FileSink(log_path)  # the writer's own node writes its file directly
+        return funnel_sink_factory(address)(log_path, cycle, node)
+
+    def close_funnel(self) -> None:
+        """Stop the auto log funnel writer (after the other nodes saw the job's end)."""
+        if self._funnel_auto is not None:
+            self._funnel_auto.close()
 
     def _end_cycle(self, outcome: JobState) -> None:
         """Close the cycle log with its facts; record the end; a failed cycle's analysis is
@@ -1130,7 +1163,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
             token=attribution_token(settings),
         )
 
-    if sink_factory is None and settings.ft_log_funnel:
+    if sink_factory is None and settings.ft_log_funnel and settings.ft_log_funnel != "auto":
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
     _received.clear()
     previous = install_signal_handlers()
@@ -1182,6 +1215,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
                 from relaunch.launcher.rdzv_barrier import on_exit
 
                 on_exit(handler, agent.terminal)
+            agent.close_funnel()  # the others saw the end (on_exit waits for them)
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
