@@ -41,8 +41,9 @@ class _Gather:
     timer: threading.Timer | None = None
     future: Future[dict[str, Any]] | None = None
     analysed_nodes: frozenset[str] = frozenset()
+    rerun: bool = False  # a node ended while the analysis ran: decide again after it
     error: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class CycleGather:
@@ -142,6 +143,8 @@ class CycleGather:
                 self._start(key, g)
             elif g.future is not None and g.future.done():
                 self._start(key, g)  # a late node: decide again with its log
+            elif g.future is not None:
+                g.rerun = True  # after the analysis running now, with this log too
             elif g.timer is None and g.future is None:
                 g.timer = threading.Timer(self.node_wait_s, self._timeout, args=(key,))
                 g.timer.daemon = True
@@ -184,8 +187,9 @@ class CycleGather:
         missing += [f"(unregistered {i + 1} of {unknown})" for i in range(unknown)]
         previous = None
         rec = self.repo.get_cycle(job_id, cycle)
-        if g.future is not None and rec is not None and rec.verdict is not None:
-            previous = rec.verdict
+        if rec is not None and rec.verdict is not None and "cycle_nodes" in rec.verdict:
+            previous = rec.verdict  # decided before (also by an earlier service process)
+        g.rerun = False
         todo = [NodeLog(r.node, r.log_path, r.group_rank) for r in ended]
         g.error = None
 
@@ -209,6 +213,14 @@ class CycleGather:
                 raise
 
         g.future = self.executor.submit(run)
+        g.future.add_done_callback(lambda _: self._after(key))
+
+    def _after(self, key: tuple[str, int]) -> None:
+        """An analysis finished: a node that ended meanwhile gets its log decided in."""
+        g = self._state(key)
+        with g.lock:
+            if g.rerun and g.future is not None and g.future.done():
+                self._start(key, g)
 
     def _flight_recorder(self, job_id: str, cycle: int, dirs: list[str]) -> None:
         """Analyse the Flight Recorder dumps the nodes' launchers collected for the cycle
