@@ -11,14 +11,15 @@ imported it; nothing here raises into the script.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 POLL_S = 0.1
 _started = False
+_stop = threading.Event()  # set at exit: the watcher ends before the interpreter does
 
 
 def start() -> None:
@@ -28,15 +29,23 @@ def start() -> None:
         return
     _started = True
     rank = os.environ.get("RANK", "0")
-    threading.Thread(
+    thread = threading.Thread(
         target=_watch, args=(Path(where), rank), name="relaunch-fr-dump", daemon=True
-    ).start()
+    )
+    thread.start()
+
+    def stop() -> None:
+        _stop.set()
+        thread.join(1.0)
+
+    atexit.register(stop)
 
 
 def _watch(where: Path, rank: str) -> None:
     request = where / "request"
     while not request.exists():
-        time.sleep(POLL_S)
+        if _stop.wait(POLL_S):
+            return
     try:
         dump(where, rank)
     except Exception as exc:  # no torch, no process group: the launcher counts what came

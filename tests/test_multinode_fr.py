@@ -23,9 +23,11 @@ rank = int(os.environ["RANK"])
 dist.init_process_group("gloo")
 t = torch.ones(4)
 for it in range(1000):
-    heartbeat()
     if rank == 2 and it == 5:
-        time.sleep(600)  # never enters the next all-reduce, sends no heartbeat
+        # never enters the next all-reduce; its last heartbeat came before the others' last
+        # (they heart-beat once more, then wait in the all-reduce): it is silent longest
+        time.sleep(600)
+    heartbeat()
     dist.all_reduce(t)
     time.sleep(0.05)
 """
@@ -74,6 +76,7 @@ def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> Non
         # the launchers' hang facts of both nodes are in the one verdict, rank 2 among them
         hung = {h["rank"] for h in verdict["fan_out"]["launcher"].get("hangs", [])}
         assert hung, verdict["fan_out"]["launcher"]
+        # the dumps' culprit picks, among the hang lines of both nodes, node1's on rank 2
         assert verdict["primary"]["rank"] == 2 and verdict["primary"]["node"] == "node1"
         assert verdict["flight_recorder"]["primary_is_culprit"] is True
         assert all(e["rank"] == 2 for e in verdict["flight_recorder"]["evidence"])
