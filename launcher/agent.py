@@ -487,14 +487,15 @@ class RelaunchAgent(LocalElasticAgent):
             st.exits.close()
         job = self.settings.job_id
         reason = st.failure if outcome != JobState.SUCCEEDED else "all ranks exited with code 0"
-        # the analysis reads the end too: recorded first, so it is never left `registered`
-        self.attribution.end_cycle(job, st.cycle, outcome, reason)
         # a multi-node cycle has one verdict, decided over every node's log: a node whose
         # workers were stopped because another node failed asks for it too
         failed = outcome == JobState.FAILED or (
             st.node is not None and outcome == JobState.STOPPED and self.attribution.name == "http"
         )
-        if st.failure is not None and not st.stopped_by_verdict and failed:
+        analyse = st.failure is not None and not st.stopped_by_verdict and failed
+        # the analysis reads the end too: recorded first, so it is never left `registered`
+        self.attribution.end_cycle(job, st.cycle, outcome, reason, analyse=analyse)
+        if analyse:
             self.attribution.request_analysis(job, st.cycle, st.log_path, st.node)
 
     # -- elastic hooks ------------------------------------------------------------

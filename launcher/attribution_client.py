@@ -108,6 +108,7 @@ class AttributionClient:
         # (job, cycle) -> (this node's group rank, the cycle's node count), from register
         self._cycle_nodes: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self._fr_dirs: dict[tuple[str, int], str] = {}  # where the cycle's FR dumps go
+        self._analyse: dict[tuple[str, int], bool] = {}  # this node asks for the verdict
         # The gate keeps analysis off the restart path: closed while workers are being
         # (re)started, opened once they run. A closed gate delays work by at most GATE_MAX_S.
         self._gate = threading.Event()
@@ -141,9 +142,15 @@ class AttributionClient:
             analysis=True,
         )
 
-    def end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
-        """Record how a cycle ended: succeeded | failed | stopped | interrupted."""
+    def end_cycle(
+        self, job_id: str, cycle: int, outcome: str, reason: str | None, *, analyse: bool = False
+    ) -> None:
+        """Record how a cycle ended: succeeded | failed | stopped | interrupted. `analyse`:
+        this node asks for the cycle's verdict (a multi-node cycle is analysed when a node
+        asked; one stopped by a verdict or that succeeded everywhere is not)."""
         at = _utcnow()
+        with self._cond:
+            self._analyse[(job_id, cycle)] = analyse
 
         def end() -> None:
             self._end_cycle(job_id, cycle, outcome, reason, at)
@@ -650,7 +657,7 @@ class HttpClient(AttributionClient):
         if multi is not None:  # this node's log is complete: the service may analyse
             resp = self._http.post(
                 self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
-                json={"outcome": outcome},
+                json={"outcome": outcome, "analyse": self._analyse.get((job_id, cycle), True)},
                 timeout=max(self._http.timeout.read or 5.0, 60.0),  # it hashes the log
             )
             if resp.status_code >= 400:

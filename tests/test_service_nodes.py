@@ -125,3 +125,26 @@ def test_stored_node_log_is_never_replaced_and_bad_input_is_refused(tmp_path: Pa
         assert [(x["node"], Path(x["log_path"]).name) for x in data["logs"]] == [
             ("node0", "cycle_0.node0.log")
         ]
+
+
+def test_cycle_no_node_asked_about_is_not_analysed(tmp_path: Path) -> None:
+    """A cycle every node ended without asking for a verdict (stopped by an earlier STOP,
+    or succeeded) gets none: a later RESTART could otherwise undo the job's `stopped`."""
+    require_restart_agent()
+    with running_service(tmp_path, extra_args=("--node-wait", "0.2")) as svc:
+        root = svc.root
+        for k in range(2):
+            _node_log(root / f"cycle_0.node{k}.log", k, [2 * k, 2 * k + 1], [])
+        with svc.client() as c:
+            for k in range(2):
+                _register(c, root, k, 2)
+                r = c.post(
+                    f"/v1/jobs/mn/cycles/0/nodes/node{k}/end",
+                    json={"outcome": "stopped", "analyse": False},
+                )
+                assert r.status_code == 200
+            data = c.get("/v1/jobs/mn/cycles/0/nodes").json()
+            cycle = c.get("/v1/jobs/mn/cycles/0").json()
+        assert data["status"] == "waiting" and data["verdict"] is None
+        assert all(x["ended_at"] and x["outcome"] == "stopped" for x in data["logs"])
+        assert cycle.get("verdict") is None

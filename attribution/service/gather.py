@@ -42,6 +42,7 @@ class _Gather:
     future: Future[dict[str, Any]] | None = None
     analysed_nodes: frozenset[str] = frozenset()
     rerun: bool = False  # a node ended while the analysis ran: decide again after it
+    wanted: bool = False  # a node asked for the verdict (else the cycle is not analysed)
     error: str | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -116,7 +117,9 @@ class CycleGather:
                 g.expected = max(g.expected or 0, nodes)
         return {"job_id": job_id, "cycle": cycle, **rec.to_dict()}
 
-    def end(self, job_id: str, cycle: int, node: str, outcome: str | None) -> dict[str, Any]:
+    def end(
+        self, job_id: str, cycle: int, node: str, outcome: str | None, *, analyse: bool = True
+    ) -> dict[str, Any]:
         """`node`'s part of the cycle ended: identity recorded; maybe analyse now."""
         logs = node_logs.node_logs(self.repo, job_id, cycle)
         mine = next((r for r in logs if r.node == node), None)
@@ -135,9 +138,12 @@ class CycleGather:
         expected = max([g.expected or 0] + [r.nodes_expected or 0 for r in logs] + [len(logs)])
         with g.lock:
             g.expected = expected
+            g.wanted = g.wanted or analyse
             if g.first_end is None:
                 g.first_end = time.monotonic()
-            if g.future is not None and node in g.analysed_nodes:
+            if not g.wanted:
+                pass  # no node asked for a verdict (stopped by one, succeeded): none made
+            elif g.future is not None and node in g.analysed_nodes:
                 pass  # its log was in the analysis already
             elif len(ended) >= expected:
                 self._start(key, g)
@@ -145,7 +151,7 @@ class CycleGather:
                 self._start(key, g)  # a late node: decide again with its log
             elif g.future is not None:
                 g.rerun = True  # after the analysis running now, with this log too
-            elif g.timer is None and g.future is None:
+            elif g.timer is None:
                 g.timer = threading.Timer(self.node_wait_s, self._timeout, args=(key,))
                 g.timer.daemon = True
                 g.timer.start()

@@ -42,6 +42,9 @@ class NodeEndIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     outcome: NodeOutcome | None = None
+    # this node asks for the cycle's verdict (default true); a cycle no node asked about
+    # (stopped by a verdict, succeeded) is not analysed
+    analyse: StrictBool = True
 
 
 class LeaseIn(BaseModel):
@@ -83,7 +86,9 @@ async def end_node_log(
     job_id: JobId, cycle: CycleNo, node: str, body: NodeEndIn, st: StateDep
 ) -> dict[str, Any]:
     """`node`'s part of the cycle ended: analysed with the others when all are in."""
-    return await asyncio.to_thread(st.gather.end, job_id, cycle, _node(node), body.outcome)
+    return await asyncio.to_thread(
+        st.gather.end, job_id, cycle, _node(node), body.outcome, analyse=body.analyse
+    )
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}/nodes")
