@@ -49,7 +49,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.run import _parse_rendezvous_config
 
 from relaunch.attribution.core.terminal import safe_text
-from relaunch.launcher import facts, job_lock, jobwide, progress_guard
+from relaunch.launcher import facts, fr_dumps, job_lock, jobwide, progress_guard
 from relaunch.launcher.attribution_client import AttributionClient, VerdictInfo, make_client
 from relaunch.launcher.config import RunSettings
 from relaunch.launcher.console import Console
@@ -72,6 +72,12 @@ EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost,
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"  # relaunch.checkpoint.ENV_RESUME
 EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
 
+EMBEDDED_MULTINODE = (
+    "--ft-attribution-endpoint embedded analyses one node's log only; a job of several "
+    "nodes needs one verdict over all of them: run `relaunch serve --allowed-root LOG_DIR` "
+    "and give every node --ft-attribution-endpoint http://HOST:8570 (or use off); "
+    "no worker was started"
+)
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -105,6 +111,8 @@ class _CycleState:
     ranks: tuple[int, ...] = ()  # global ranks of this node
     iterations: dict[int, int] | None = None  # last iteration reported per global rank
     exits: ExitTimes | None = None  # when each worker process exited (pidfds)
+    fr_dir: Path | None = None  # where this cycle's Flight Recorder dumps go
+    fr_done: bool = False  # this node's workers were asked for their dumps
 
 
 @contextlib.contextmanager
@@ -248,6 +256,15 @@ class RelaunchAgent(LocalElasticAgent):
         self._heartbeats = HeartbeatServer(
             on_progress=self._on_progress, on_straggler=self._stragglers.on_message
         )
+        self._fr_user = fr_dumps.user_environment()  # the user's FR settings win
+        self._funnel_auto: Any = None  # --ft-log-funnel auto on several nodes
+        self._funnel_said = False
+        if settings.ft_log_funnel == "auto" and settings.max_nodes > 1:
+            from relaunch.launcher.funnel.auto import AutoFunnel
+
+            self._funnel_auto = AutoFunnel(
+                settings.job_dir, settings.rdzv_endpoint, settings.local_addr or None
+            )
         self._cycle_no = -1
         self._resume: tuple[int, str] | None = None  # (step, path) of the newest checkpoint
         self._last_node: int | None = None  # this launcher's node number in the last cycle
@@ -404,7 +421,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._last_node = node
         job_dir = self.settings.job_dir
         log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
-        sink: LineSink = self._sink_factory(log_path, cycle, node)
+        sink: LineSink = self._cycle_sink(worker_group, log_path, cycle, node)
         spool = str(job_dir / ".spool" / Path(cycle_log_name(cycle, node)).stem)
         self._rank_logs.set_spool_dir(spool)
         log = CycleLog(
@@ -435,8 +452,42 @@ class RelaunchAgent(LocalElasticAgent):
         )
         for text in late:  # verdicts that arrived between two cycles
             log.event(text)
-        self.attribution.register(self.settings.job_id, cycle, log_path, node)
+        nodes = worker_group.group_world_size if node is not None else None
+        self.attribution.register(
+            self.settings.job_id,
+            cycle,
+            log_path,
+            node,
+            nodes,
+            fr_dir=str(fr_dumps.cycle_dir(job_dir, cycle).resolve()),
+        )
+        self.attribution.start_lease(self.settings.job_id, node)  # renewed while it runs
         return st
+
+    def _cycle_sink(
+        self, worker_group: WorkerGroup, log_path: str, cycle: int, node: int | None
+    ) -> LineSink:
+        """The cycle log's sink; with `--ft-log-funnel auto` on several nodes, a stream to
+        the writer group rank 0 runs (launcher.funnel.auto), else the configured one."""
+        auto = self._funnel_auto
+        if auto is None or node is None:
+            return self._sink_factory(log_path, cycle, node)
+        try:
+            address = auto.address(worker_group.store, node)
+        except Exception as exc:  # no writer: this node's log stays local
+            self._warn(f"log funnel (auto) not available: {type(exc).__name__}: {exc}")
+            return FileSink(log_path)
+        if node == 0:
+            if not self._funnel_said:
+                self._funnel_said = True
+                self.say(f"log funnel writer (auto) at {address}, root {self.settings.job_dir}")
+            return FileSink(log_path)  # the writer's own node writes its file directly
+        return funnel_sink_factory(address)(log_path, cycle, node)
+
+    def close_funnel(self) -> None:
+        """Stop the auto log funnel writer (after the other nodes saw the job's end)."""
+        if self._funnel_auto is not None:
+            self._funnel_auto.close()
 
     def _end_cycle(self, outcome: JobState) -> None:
         """Close the cycle log with its facts; record the end; a failed cycle's analysis is
@@ -465,9 +516,15 @@ class RelaunchAgent(LocalElasticAgent):
             st.exits.close()
         job = self.settings.job_id
         reason = st.failure if outcome != JobState.SUCCEEDED else "all ranks exited with code 0"
+        # a multi-node cycle has one verdict, decided over every node's log: a node whose
+        # workers were stopped because another node failed asks for it too
+        failed = outcome == JobState.FAILED or (
+            st.node is not None and outcome == JobState.STOPPED and self.attribution.name == "http"
+        )
+        analyse = st.failure is not None and not st.stopped_by_verdict and failed
         # the analysis reads the end too: recorded first, so it is never left `registered`
-        self.attribution.end_cycle(job, st.cycle, outcome, reason)
-        if st.failure is not None and not st.stopped_by_verdict and outcome == JobState.FAILED:
+        self.attribution.end_cycle(job, st.cycle, outcome, reason, analyse=analyse)
+        if analyse:
             self.attribution.request_analysis(job, st.cycle, st.log_path, st.node)
 
     # -- elastic hooks ------------------------------------------------------------
@@ -650,6 +707,7 @@ class RelaunchAgent(LocalElasticAgent):
         if resume is not None:
             os.environ[ENV_RESUME] = resume[1]
             self.say(f"cycle {st.cycle}: newest complete checkpoint step {resume[0]}: {resume[1]}")
+        st.fr_dir = fr_dumps.cycle_env(os.environ, self._fr_user, self.settings.job_dir, st.cycle)
         ranks = [w.global_rank for w in worker_group.workers]
         multi = self.settings.max_nodes > 1  # several nodes: scores through the store
         self._stragglers.start_cycle(
@@ -755,8 +813,12 @@ class RelaunchAgent(LocalElasticAgent):
         elif result.state == WorkerState.SUCCEEDED:
             st.log.event("all ranks exited with code 0")
         elif result.state == WorkerState.HEALTHY:
+            multi = self.settings.max_nodes > 1
+            if multi and not st.fr_done and fr_dumps.requested(worker_group.store):
+                self._fr_dumps(st, worker_group, ask=False)  # another node saw a hang
             hang = self._monitor.find_hang() if self._monitor is not None else None
             if hang is not None:
+                self._fr_dumps(st, worker_group, ask=multi)  # before any worker is stopped
                 text = hang.describe()
                 st.log.event(
                     facts.hang(
@@ -774,6 +836,35 @@ class RelaunchAgent(LocalElasticAgent):
                 self.attribution.hold()
                 return RunResult(state=WorkerState.FAILED)
         return result
+
+    def _fr_dumps(self, st: _CycleState, worker_group: WorkerGroup, *, ask: bool) -> None:
+        """Have this node's workers write their Flight Recorder dumps (bounded wait); with
+        `ask`, first ask every node through the store and then wait for all of them."""
+        if st.fr_done or st.fr_dir is None:
+            return
+        st.fr_done = True
+        store, rank = worker_group.store, worker_group.group_rank
+        try:
+            if ask:
+                fr_dumps.ask_nodes(store, f"hang on node {rank}")
+            # only ranks that use relaunch.client have the dump handler: wait for those
+            seen = self._monitor.ranks_seen() if self._monitor is not None else set()
+            got = fr_dumps.request(st.fr_dir, sorted(set(st.ranks) & set(seen)))
+            if self.settings.max_nodes > 1 and rank is not None:
+                fr_dumps.mark_done(store, rank, len(got))
+                if ask:
+                    world = worker_group.group_world_size or 1
+                    answered = fr_dumps.wait_nodes(store, world)
+                    if len(answered) < world:
+                        self._warn(
+                            f"flight recorder: {world - len(answered)} node(s) did not dump "
+                            f"within {fr_dumps.NODES_WAIT_S:g} s"
+                        )
+        except Exception as exc:  # the store or the folder went away: stop anyway
+            self._warn(f"flight recorder dumps not collected: {type(exc).__name__}: {exc}")
+            return
+        ranks = ",".join(map(str, got)) or "none"
+        st.log.event(f"flight recorder: dumps of ranks {ranks} in {st.fr_dir}")
 
     def _maybe_release_analysis(self, st: _CycleState, worker_group: WorkerGroup) -> None:
         """Let queued analyses run once the new workers are up: every local rank has
@@ -1053,6 +1144,9 @@ def launch(
     state and the verdicts received, read after the history is flushed. A single-node job
     holds its job directory for the run (`launcher.job_lock`): a second launcher of the
     same job on this host gets exit 2."""
+    if settings.min_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
+        print(f"relaunch: error: {EMBEDDED_MULTINODE}", file=out, flush=True)
+        return LaunchResult(2)
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     if settings.max_nodes > 1:
         with _torch_store_sharing_off(settings):
@@ -1109,7 +1203,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
             token=attribution_token(settings),
         )
 
-    if sink_factory is None and settings.ft_log_funnel:
+    if sink_factory is None and settings.ft_log_funnel and settings.ft_log_funnel != "auto":
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
     _received.clear()
     previous = install_signal_handlers()
@@ -1161,6 +1255,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
                 from relaunch.launcher.rdzv_barrier import on_exit
 
                 on_exit(handler, agent.terminal)
+            agent.close_funnel()  # the others saw the end (on_exit waits for them)
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)

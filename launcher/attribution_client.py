@@ -27,9 +27,11 @@ measured in the tasks' time budgets, neither of which a plain queue loop has.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +66,7 @@ GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
 WRITE_BUDGET_S = 30.0  # a history write (register, end, health): the database may be busy
 OPEN_BUDGET_S = 120.0  # opening and migrating the embedded database
 ANALYSIS_BASE_S = 30.0  # an analysis: this, plus its log at ANALYSIS_BYTES_PER_S
+LEASE_RENEW_S = 5.0  # longest time between two lease renewals (the service may ask for less)
 ANALYSIS_BYTES_PER_S = 5e6  # far below the scanner's speed (~75 MB/s): a safe bound
 
 
@@ -102,6 +105,10 @@ class AttributionClient:
         # node-health records not yet sent, per (job, cycle): sent before that cycle's
         # analysis (so its first verdict records them) or on their own after it
         self._health: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        # (job, cycle) -> (this node's group rank, the cycle's node count), from register
+        self._cycle_nodes: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        self._fr_dirs: dict[tuple[str, int], str] = {}  # where the cycle's FR dumps go
+        self._analyse: dict[tuple[str, int], bool] = {}  # this node asks for the verdict
         # The gate keeps analysis off the restart path: closed while workers are being
         # (re)started, opened once they run. A closed gate delays work by at most GATE_MAX_S.
         self._gate = threading.Event()
@@ -109,8 +116,23 @@ class AttributionClient:
         self._thread.start()
 
     # -- public, non-blocking -------------------------------------------------
-    def register(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
+    def register(
+        self,
+        job_id: str,
+        cycle: int,
+        log_path: str,
+        node: int | None,
+        nodes: int | None = None,
+        *,
+        fr_dir: str | None = None,
+    ) -> None:
+        """A cycle started writing `log_path`; `node`: this launcher's group rank and
+        `nodes`: how many nodes the cycle has (multi-node jobs; None on a single node)."""
         at = _utcnow()  # when the cycle started, not when the queue got to it
+        with self._cond:
+            self._cycle_nodes[(job_id, cycle)] = (node, nodes)
+            if fr_dir is not None:
+                self._fr_dirs[(job_id, cycle)] = fr_dir
         self._submit(lambda: self._register(job_id, cycle, log_path, node, at))
 
     def request_analysis(self, job_id: str, cycle: int, log_path: str, node: int | None) -> None:
@@ -120,9 +142,15 @@ class AttributionClient:
             analysis=True,
         )
 
-    def end_cycle(self, job_id: str, cycle: int, outcome: str, reason: str | None) -> None:
-        """Record how a cycle ended: succeeded | failed | stopped | interrupted."""
+    def end_cycle(
+        self, job_id: str, cycle: int, outcome: str, reason: str | None, *, analyse: bool = False
+    ) -> None:
+        """Record how a cycle ended: succeeded | failed | stopped | interrupted. `analyse`:
+        this node asks for the cycle's verdict (a multi-node cycle is analysed when a node
+        asked; one stopped by a verdict or that succeeded everywhere is not)."""
         at = _utcnow()
+        with self._cond:
+            self._analyse[(job_id, cycle)] = analyse
 
         def end() -> None:
             self._end_cycle(job_id, cycle, outcome, reason, at)
@@ -161,6 +189,9 @@ class AttributionClient:
         with self._cond:
             self._health.setdefault((job_id, cycle), []).append(dict(record))
         self._submit(lambda: self._send_health(job_id, cycle, redecided=True), gated=False)
+
+    def start_lease(self, job_id: str, node: int | None) -> None:
+        """Renew a lease on the job while this launcher runs (HTTP endpoints only)."""
 
     def hold(self) -> None:
         """Workers are being (re)started: keep the analysis thread quiet."""
@@ -503,6 +534,8 @@ class HttpClient(AttributionClient):
         self.poll_interval = poll_interval
         self.verdict_timeout = verdict_timeout
         self._warned_register: set[str] = set()
+        self._lease: tuple[str, str] | None = None  # (job, node) renewed while running
+        self._lease_stop = threading.Event()
         super().__init__(on_verdict, on_warning)
 
     def _post(self, job_id: str, cycle: int, log_path: str, intent: str) -> None:
@@ -516,10 +549,38 @@ class HttpClient(AttributionClient):
         if resp.status_code >= 400:
             raise EndpointRefused("POST /logs", resp.status_code, resp.text)
 
+    def _multi(self, job_id: str, cycle: int) -> tuple[str, int] | None:
+        """(node id, node count) of a multi-node cycle, None for a single node."""
+        with self._cond:
+            node, nodes = self._cycle_nodes.get((job_id, cycle), (None, None))
+        if node is None or nodes is None:
+            return None
+        return f"node{node}", nodes
+
+    def _nodes_url(self, job_id: str, cycle: int, suffix: str = "") -> str:
+        from urllib.parse import quote
+
+        return f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/nodes{suffix}"
+
     def _register(
         self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
     ) -> None:
+        multi = self._multi(job_id, cycle)
         try:
+            if multi is not None:  # one log per node, the cycle analysed over all of them
+                with self._cond:
+                    fr_dir = self._fr_dirs.get((job_id, cycle))
+                body = {
+                    "log_path": log_path,
+                    "nodes": multi[1],
+                    "group_rank": node,
+                    "host": socket.gethostname(),
+                    "fr_dir": fr_dir,
+                }
+                resp = self._http.post(self._nodes_url(job_id, cycle, f"/{multi[0]}"), json=body)
+                if resp.status_code >= 400:
+                    raise EndpointRefused("POST node log", resp.status_code, resp.text)
+                return
             self._post(job_id, cycle, log_path, "track_only")
         except EndpointRefused as exc:  # it answered: say what it said, not "unreachable"
             if "refused" not in self._warned_register:  # once per kind of trouble
@@ -530,7 +591,28 @@ class HttpClient(AttributionClient):
                 self._warned_register.add("unreachable")
                 self.on_warning(f"attribution endpoint {self.endpoint} unreachable: {exc}")
 
+    def _analyze_nodes(self, job_id: str, cycle: int) -> VerdictInfo:
+        """The one verdict of a multi-node cycle (the service analyses all nodes' logs)."""
+        deadline = time.monotonic() + self.verdict_timeout
+        while True:
+            resp = self._http.get(self._nodes_url(job_id, cycle))
+            if resp.status_code >= 400:
+                raise EndpointRefused("GET cycle nodes", resp.status_code, resp.text)
+            data = resp.json()
+            if data.get("status") == "failed":
+                raise RuntimeError(str(data.get("error") or "analysis failed"))
+            verdict = data.get("verdict")
+            if data.get("status") == "completed" and isinstance(verdict, dict):
+                info = _from_verdict_dict(cycle, verdict, "http")
+                decision = "STOP" if str(info.decision).upper() == "STOP" else "RESTART"
+                return dataclasses.replace(info, decision=decision, raw=data)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no verdict after {self.verdict_timeout:.0f} s")
+            time.sleep(self.poll_interval)
+
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
+        if self._multi(job_id, cycle) is not None:
+            return self._analyze_nodes(job_id, cycle)
         self._post(job_id, cycle, log_path, "terminal")
         deadline = time.monotonic() + self.verdict_timeout
         while True:
@@ -581,6 +663,15 @@ class HttpClient(AttributionClient):
         resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/end", json=body)
         if resp.status_code >= 400:
             raise EndpointRefused("POST cycle end", resp.status_code, resp.text)
+        multi = self._multi(job_id, cycle)
+        if multi is not None:  # this node's log is complete: the service may analyse
+            resp = self._http.post(
+                self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
+                json={"outcome": outcome, "analyse": self._analyse.get((job_id, cycle), True)},
+                timeout=max(self._http.timeout.read or 5.0, 60.0),  # it hashes the log
+            )
+            if resp.status_code >= 400:
+                raise EndpointRefused("POST node end", resp.status_code, resp.text)
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         from urllib.parse import quote
@@ -601,8 +692,41 @@ class HttpClient(AttributionClient):
         last = resp.json().get("last_cycle")
         return last + 1 if isinstance(last, int) and not isinstance(last, bool) else None
 
+    def start_lease(self, job_id: str, node: int | None) -> None:
+        """Renew `node`'s lease on the job from a thread of its own (a long analysis in the
+        queue must not let it lapse) until `close`, which releases it."""
+        if self._lease is not None:
+            return
+        self._lease = (job_id, f"node{node or 0}")
+        threading.Thread(target=self._renew_loop, name="relaunch-lease", daemon=True).start()
+
+    def _lease_call(self, release: bool = False) -> float:
+        from urllib.parse import quote
+
+        assert self._lease is not None
+        job_id, node = self._lease
+        body: dict[str, Any] = {"node": node, "host": socket.gethostname(), "release": release}
+        resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/lease", json=body)
+        if resp.status_code >= 400:
+            raise EndpointRefused("POST lease", resp.status_code, resp.text)
+        every = resp.json().get("renew_every_s")
+        return float(every) if isinstance(every, (int, float)) and every > 0 else LEASE_RENEW_S
+
+    def _renew_loop(self) -> None:
+        every = LEASE_RENEW_S
+        while not self._lease_stop.is_set():
+            try:
+                every = min(LEASE_RENEW_S, self._lease_call())
+            except Exception:  # the service is down: try again; it marks nothing meanwhile
+                every = LEASE_RENEW_S
+            self._lease_stop.wait(every)
+
     def close(self) -> bool:
         done = super().close()
+        self._lease_stop.set()
+        if self._lease is not None and not self._abandoned:
+            with contextlib.suppress(Exception):  # best effort: the job's end is recorded
+                self._lease_call(release=True)
         self._http.close()
         return done
 

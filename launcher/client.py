@@ -168,3 +168,9 @@ def stop_heartbeat() -> None:
 straggler = StragglerTimer(_send)  # off unless the launcher set a report interval
 
 _send("hello")  # the rank is supervised from here (see the module docstring)
+
+# Flight Recorder dumps on the launcher's request (launcher.fr_worker): a daemon thread,
+# only under the launcher (RELAUNCH_FR_DIR set)
+from relaunch.launcher import fr_worker as _fr_worker  # noqa: E402
+
+_fr_worker.start()

@@ -366,7 +366,8 @@ OPTIONS: tuple[Option, ...] = (
         str,
         "",
         "HOST:PORT or unix:/PATH of a log funnel writer (root: <log-dir>/<job-id>): cycle "
-        "log lines go there instead of local files",
+        "log lines go there instead of local files; auto: group rank 0's launcher starts "
+        "the writer and tells the other nodes its address through the rendezvous store",
     ),
     # -- straggler detection (docs/straggler.md) --------------------------------------
     Option(
@@ -758,11 +759,11 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     _torchrun_compat(settings)
     if settings.max_nodes > 1 and not settings.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint HOST:PORT is required when --nnodes allows > 1 node")
-    if settings.ft_log_funnel and (
+    if settings.ft_log_funnel not in ("", "auto") and (
         ":" not in settings.ft_log_funnel or settings.ft_log_funnel.endswith(":")
     ):
         raise ConfigError(
-            f"--ft-log-funnel {settings.ft_log_funnel!r}: expected HOST:PORT or unix:/PATH"
+            f"--ft-log-funnel {settings.ft_log_funnel!r}: expected HOST:PORT or unix:/PATH (or auto)"
         )
     if settings.ft_node_health_check_endpoint:
         from relaunch.launcher.health.external import normalize_endpoint

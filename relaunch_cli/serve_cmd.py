@@ -113,6 +113,22 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="S",
         help="how often progressive logs are read (seconds)",
     )
+    p.add_argument(
+        "--node-wait",
+        type=bounded_float(0.1, 86400),
+        default=60.0,
+        metavar="S",
+        help="multi-node cycles: longest wait after the first node's end for the other "
+        "nodes' logs; then the cycle is decided and the missing nodes are named",
+    )
+    p.add_argument(
+        "--lease-timeout",
+        type=bounded_float(0.5, 86400),
+        default=60.0,
+        metavar="S",
+        help="a running job whose launchers all stopped renewing their leases for S "
+        "seconds is recorded `lost`",
+    )
     p.add_argument("--no-dashboard", action="store_true", help="serve the API only")
     p.add_argument(
         "--dashboard-public",
@@ -239,6 +255,8 @@ def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
         allowed_hosts=["*"] if args.uds else list(args.allowed_host),
         body_timeout_s=args.body_timeout,
         analysis_timeout_s=args.analysis_timeout,
+        node_wait_s=args.node_wait,
+        lease_timeout_s=args.lease_timeout,
         progressive_poll_s=args.poll_interval,
         dashboard=not args.no_dashboard,
         dashboard_public=args.dashboard_public,

@@ -31,6 +31,7 @@ class JobState(StrEnum):
     STOPPED = "stopped"
     INTERRUPTED = "interrupted"
     UNKNOWN = "unknown"
+    LOST = "lost"  # every launcher of the job stopped renewing its lease (storage.node_logs)
 
 
 class Rule(StrEnum):

@@ -160,3 +160,45 @@ class AlertClaim(Base):
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
     key: Mapped[str] = mapped_column(String(512), nullable=False)
     sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class CycleLog(Base):
+    """One node's log of a multi-node cycle (revision 0009): never overwritten.
+
+    A (cycle, node) has exactly one row; a second registration with another path is refused
+    by `storage.node_logs`. `size`/`sha256` are taken when the node reports the end."""
+
+    __tablename__ = "cycle_logs"
+    __table_args__ = (UniqueConstraint("cycle_pk", "node", name="uq_cycle_logs_cycle_pk_node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cycle_pk: Mapped[int] = mapped_column(
+        ForeignKey("cycles.id", ondelete="CASCADE"), nullable=False
+    )
+    node: Mapped[str] = mapped_column(String(255), nullable=False)
+    group_rank: Mapped[int | None] = mapped_column(Integer)
+    nodes_expected: Mapped[int | None] = mapped_column(Integer)
+    log_path: Mapped[str] = mapped_column(Text, nullable=False)
+    log_size: Mapped[int | None] = mapped_column(BigInteger)
+    log_sha256: Mapped[str | None] = mapped_column(String(64))
+    host: Mapped[str | None] = mapped_column(String(255))
+    fr_dir: Mapped[str | None] = mapped_column(Text)  # the node's Flight Recorder dump folder
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str | None] = mapped_column(String(32))
+
+
+class JobLease(Base):
+    """A launcher's lease on its running job (revision 0009): renewed while it runs; a job
+    whose leases all expired is recorded `lost` (`storage.node_logs.expire_leases`)."""
+
+    __tablename__ = "job_leases"
+    __table_args__ = (UniqueConstraint("job_pk", "node", name="uq_job_leases_job_pk_node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    node: Mapped[str] = mapped_column(String(255), nullable=False)
+    host: Mapped[str | None] = mapped_column(String(255))
+    cycle: Mapped[int | None] = mapped_column(Integer)
+    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    released: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)

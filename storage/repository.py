@@ -382,7 +382,7 @@ class HistoryRepository:
                 session.execute(insert(EvidenceRow), rows)
             job.updated_at = now
             state = verdict_job_state(job.state, verdict["decision"], cycle, job.last_cycle)
-            if state is not None:
+            if state is not None and job.ended_at is None:  # an end recorded stands
                 job.state = state
             if created:
                 self._prune(session, job)

@@ -46,6 +46,7 @@ from relaunch.restart_agent.model import (
     PriorCycle,
     Verdict,
 )
+from relaunch.restart_agent.nodes import NodeScan
 from relaunch.restart_agent.stragglers import verdict_stragglers
 
 if TYPE_CHECKING:  # storage (SQLAlchemy) is imported only by callers that persist
@@ -431,6 +432,34 @@ class AttributionEngine:
             return None
         return self.analyze_cycle(job_id, cycle, rec.log_path, extra={"reason": "node_health"})
 
+    def analyze_nodes(
+        self,
+        job_id: str,
+        cycle: int,
+        logs: Sequence[NodeLog],
+        *,
+        expected: int | None = None,
+        missing: Sequence[str] = (),
+        previous: Mapping[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Analyse the logs of every node of a multi-node cycle as one cycle: one verdict
+        for (job, cycle), saved and published; returns its JSON form. The verdict's
+        `cycle_nodes` lists the logs analysed (node, group rank, path, size, sha256, their
+        lines in the merged numbering), the nodes that never reported (`missing`, also
+        named in `basis`) and, when a later node's log re-decided the cycle, the
+        `previous` decision."""
+        return _analyze_nodes(
+            self,
+            job_id,
+            cycle,
+            logs,
+            expected=expected,
+            missing=missing,
+            previous=previous,
+            extra=extra,
+        )
+
     def _readable(self, log_path: str) -> bool:
         if self.opener is None:
             return Path(log_path).is_file()
@@ -524,3 +553,128 @@ class AttributionEngine:
                 )
             )
         return verdict
+
+
+@dataclass(frozen=True)
+class NodeLog:
+    """One node's log of a multi-node cycle, as handed to `analyze_nodes`."""
+
+    node: str
+    path: str
+    group_rank: int | None = None
+
+
+def scan_nodes(
+    logs: Sequence[NodeLog], *, opener: Opener | None = None, hash_logs: bool = True
+) -> tuple[CycleEvidence, list[dict[str, Any]]]:
+    """Scan every node's log of a cycle into one evidence (`restart_agent.nodes`); return it
+    with each log's identity and place in the merged numbering. A log that cannot be read
+    is listed with its `error` and left out."""
+    scan = NodeScan()
+    out: list[dict[str, Any]] = []
+    for nl in logs:
+        entry: dict[str, Any] = {"node": nl.node, "group_rank": nl.group_rank, "path": nl.path}
+        try:
+            fd = opener(nl.path) if opener is not None else os.open(nl.path, os.O_RDONLY)
+        except Exception as exc:  # gone, outside the roots, unreadable
+            entry["error"] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            out.append(entry)
+            continue
+        digest = hashlib.sha256() if hash_logs else None
+        scan.start_node(nl.node)
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            while chunk := f.read(CHUNK_SIZE):
+                if digest is not None:
+                    digest.update(chunk)
+                scan.feed(chunk)
+        entry["sha256"] = digest.hexdigest() if digest is not None else None
+        out.append(entry)
+    evidence = scan.finish()
+    spans = {s.node: s for s in scan.spans()}
+    for entry in out:
+        span = spans.get(entry["node"])
+        if span is not None:
+            entry.update(size=span.bytes, first_line=span.first_line, lines=span.lines)
+    return evidence, out
+
+
+def _analyze_nodes(
+    engine: AttributionEngine,
+    job_id: str,
+    cycle: int,
+    logs: Sequence[NodeLog],
+    *,
+    expected: int | None = None,
+    missing: Sequence[str] = (),
+    previous: Mapping[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`AttributionEngine.analyze_nodes` (module level: keeps the class short)."""
+    started = time.perf_counter()
+    evidence, scanned = scan_nodes(logs, opener=engine.opener, hash_logs=engine.hash_logs)
+    unread = [e["node"] for e in scanned if "error" in e]
+    history = engine.history(job_id, cycle)
+    stored = engine.repo.get_cycle(job_id, cycle) if engine.repo is not None else None
+    fr = _fr_ranks_of(stored)
+    notes = _notes_of(stored)
+    verdict = decide(evidence, history, engine.policy, fr_culprit_ranks=fr, node_health=notes)
+    result = verdict.to_dict()
+    absent = sorted(set(missing) | set(unread))
+    section: dict[str, Any] = {
+        "expected": expected if expected is not None else len(logs) + len(set(missing)),
+        "analysed": [e for e in scanned if "error" not in e],
+        "missing": absent,
+        "unreadable": [e for e in scanned if "error" in e],
+    }
+    if absent:
+        result["basis"] = (
+            f"{result.get('basis') or ''} (node(s) {', '.join(absent)} did not report; "
+            "decided without their logs)"
+        ).strip()
+    if previous is not None:  # a later node's log re-decided the cycle: the change is kept
+        section["previous"] = {
+            k: previous.get(k) for k in ("decision", "rule", "basis") if k in previous
+        }
+        section["previous"]["nodes"] = [
+            e.get("node") for e in ((previous.get("cycle_nodes") or {}).get("analysed") or [])
+        ]
+    result["cycle_nodes"] = section
+    if fr is not None:  # the Flight Recorder's culprits, joined with the log evidence
+        lines = [result.get("primary")] + list(result.get("evidence") or [])
+        joined: list[dict[str, Any]] = []
+        for e in lines:
+            if isinstance(e, dict) and e.get("rank") in set(fr) and e not in joined:
+                joined.append(e)
+        hangs = (((result.get("fan_out") or {}).get("launcher") or {}).get("hangs")) or []
+        result["flight_recorder"] = {
+            "culprit_ranks": list(fr),
+            "source": ((stored.fr_findings or {}).get("source") if stored else None),
+            "evidence": joined[:10],
+            "primary_is_culprit": (result.get("primary") or {}).get("rank") in set(fr),
+            "hangs": [h for h in hangs if isinstance(h, dict) and h.get("rank") in set(fr)],
+        }
+    total = sum(int(e.get("size") or 0) for e in scanned)
+    if engine.repo is not None:
+        engine.repo.save_verdict(
+            job_id, cycle, result, log_identity={"path": None, "size": total, "sha256": None}
+        )
+        paths = ",".join(str(e["path"]) for e in section["analysed"])
+        engine.notify(
+            VerdictEvent(
+                job_id=job_id,
+                cycle=cycle,
+                log_path=paths,
+                verdict=copy.deepcopy(verdict),
+                log_identity={"path": None, "size": total, "sha256": None},
+                audit_dir=engine.audit_dir,
+                analysis_ms=(time.perf_counter() - started) * 1000.0,
+                extra={**(extra or {}), "nodes": [e["node"] for e in section["analysed"]]},
+                inputs=DecisionInputs(
+                    prior_cycles=tuple(history),
+                    policy=engine.policy,
+                    fr_culprit_ranks=None if fr is None else tuple(fr),
+                    node_health=tuple(notes),
+                ),
+            )
+        )
+    return result

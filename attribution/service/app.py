@@ -18,7 +18,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from relaunch.attribution.service import routes_end, routes_nvrx, routes_v1
+from relaunch.attribution.service import routes_end, routes_nodes, routes_nvrx, routes_v1
 from relaunch.attribution.service.errors import install_handlers
 from relaunch.attribution.service.guards import default_allowed_hosts
 from relaunch.attribution.service.limits import LimitsMiddleware
@@ -67,6 +67,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.include_router(routes_nvrx.router)
     app.include_router(routes_v1.router)
     app.include_router(routes_end.router)
+    app.include_router(routes_nodes.router)
     if settings.dashboard:
         _mount_dashboard(app, state)
     app.add_middleware(HeadAsGet)  # inside LimitsMiddleware: auth and limits see HEAD

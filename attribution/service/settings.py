@@ -40,6 +40,11 @@ class ServiceSettings:
     # longest a request waits for an analysis (GET /logs?wait=true, uploads, FR dumps,
     # node-health re-decisions); past it the answer says the verdict is pending
     analysis_timeout_s: float = 60.0
+    # multi-node cycles (attribution/service/gather.py): longest wait after a cycle's first
+    # node ended for the other nodes' logs; a launcher lease not renewed for
+    # lease_timeout_s (all of a job's launchers) records the job `lost`
+    node_wait_s: float = 60.0
+    lease_timeout_s: float = 60.0
     resume_unfinished: bool = True  # on start: resume analyses a killed service left
     # test-only: called with the job id before each analysis (attribution/service/hold.py)
     analysis_hold: Callable[[str], None] | None = None

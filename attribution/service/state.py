@@ -28,6 +28,7 @@ from relaunch.attribution.core.listeners import close_listeners, install_listene
 from relaunch.attribution.service.coalesce import Coalescer
 from relaunch.attribution.service.confined import is_confined_file, open_confined
 from relaunch.attribution.service.errors import ApiError, storage_refusal
+from relaunch.attribution.service.gather import CycleGather
 from relaunch.attribution.service.paths import confine
 from relaunch.attribution.service.settings import ServiceSettings
 from relaunch.attribution.service.tracker import TrackedLog
@@ -84,6 +85,15 @@ class ServiceState:
             max_workers=max(1, settings.analysis_workers), thread_name_prefix="relaunch-analysis"
         )
         self.coalescer = Coalescer(self.executor)
+        self.gather = CycleGather(  # multi-node cycles: every node's log, one verdict
+            self.repo,
+            self.engine,
+            self.executor,
+            settings.allowed_roots,
+            self.open_log,
+            node_wait_s=settings.node_wait_s,
+        )
+        self._lease_task: asyncio.Task[None] | None = None
         self._logs: OrderedDict[str, TrackedLog] = OrderedDict()  # normalized path -> log
         self._by_key: dict[tuple[str, int], TrackedLog] = {}
         self._lock = threading.Lock()
@@ -118,6 +128,20 @@ class ServiceState:
         if self.settings.resume_unfinished:
             await asyncio.to_thread(self.resume_unfinished)
         self._poll_task = asyncio.create_task(self._poll_loop())
+        self._lease_task = asyncio.create_task(self._lease_loop())
+
+    async def _lease_loop(self) -> None:
+        """Record `lost` the jobs whose launchers all stopped renewing their leases."""
+        timeout = self.settings.lease_timeout_s
+        while True:
+            await asyncio.sleep(max(0.2, min(5.0, timeout / 4)))
+            try:
+                lost = await asyncio.to_thread(self.gather.sweep, timeout)
+            except Exception:
+                log.exception("lease sweep failed")
+                continue
+            for job_id in lost:
+                log.warning("job %s recorded lost: no launcher renewed its lease", job_id)
 
     def resume_unfinished(self) -> tuple[int, int]:
         """Resume every analysis a killed service left unfinished; return (resumed, failed).
@@ -153,10 +177,12 @@ class ServiceState:
         return resumed, failed
 
     async def stop(self) -> None:
-        if self._poll_task is not None:
-            self._poll_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poll_task
+        for task in (self._poll_task, self._lease_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self.gather.close()
         # running analyses finish; queued ones are dropped and stay recorded as requested,
         # so the next start resumes them (resume_unfinished) instead of delaying this stop
         self.executor.shutdown(wait=True, cancel_futures=True)

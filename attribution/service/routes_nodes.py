@@ -1,0 +1,117 @@
+"""Multi-node cycles and launcher leases (`attribution.service.gather`):
+
+- `POST /v1/jobs/{job}/cycles/{n}/nodes/{node}` `{log_path, nodes, group_rank, host}`:
+  `node`'s log of the cycle (409 `conflict` when another path is stored for it).
+- `POST /v1/jobs/{job}/cycles/{n}/nodes/{node}/end` `{outcome}`: `node`'s part ended.
+- `GET /v1/jobs/{job}/cycles/{n}/nodes`: the node logs and the one verdict of the cycle
+  (`status`: waiting | pending | completed | failed).
+- `POST /v1/jobs/{job}/lease` `{node, host, cycle, release}`: renew (or release) a
+  launcher's lease; the answer says how often to renew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
+from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError
+from relaunch.storage import node_logs
+
+router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
+
+NodeOutcome = Literal["succeeded", "failed", "stopped", "interrupted"]
+
+
+class NodeLogIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    log_path: str = Field(min_length=1, max_length=4096)
+    nodes: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    group_rank: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    host: str | None = Field(default=None, max_length=255)
+    # where the node's launcher puts the cycle's Flight Recorder dumps (read at analysis,
+    # inside the allowed roots only)
+    fr_dir: str | None = Field(default=None, min_length=1, max_length=4096)
+
+
+class NodeEndIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: NodeOutcome | None = None
+    # this node asks for the cycle's verdict (default true); a cycle no node asked about
+    # (stopped by a verdict, succeeded) is not analysed
+    analyse: StrictBool = True
+
+
+class LeaseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(min_length=1, max_length=255)
+    host: str | None = Field(default=None, max_length=255)
+    cycle: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1)
+    release: StrictBool = False
+
+
+def _node(node: str) -> str:
+    try:
+        return node_logs.check_node(node)
+    except ValueError as exc:
+        raise ApiError("invalid_parameter", str(exc)) from None
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/nodes/{node}")
+async def register_node_log(
+    job_id: JobId, cycle: CycleNo, node: str, body: NodeLogIn, st: StateDep
+) -> dict[str, Any]:
+    """Register `node`'s log of the cycle (stored per node, never overwritten)."""
+    return await asyncio.to_thread(
+        st.gather.register,
+        job_id,
+        cycle,
+        _node(node),
+        body.log_path,
+        nodes=body.nodes,
+        group_rank=body.group_rank,
+        host=body.host,
+        fr_dir=body.fr_dir,
+    )
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/nodes/{node}/end")
+async def end_node_log(
+    job_id: JobId, cycle: CycleNo, node: str, body: NodeEndIn, st: StateDep
+) -> dict[str, Any]:
+    """`node`'s part of the cycle ended: analysed with the others when all are in."""
+    return await asyncio.to_thread(
+        st.gather.end, job_id, cycle, _node(node), body.outcome, analyse=body.analyse
+    )
+
+
+@router.get("/jobs/{job_id}/cycles/{cycle}/nodes")
+async def cycle_nodes(job_id: JobId, cycle: CycleNo, st: StateDep) -> dict[str, Any]:
+    """The node logs of the cycle and its one verdict."""
+    return await asyncio.to_thread(st.gather.status, job_id, cycle)
+
+
+@router.post("/jobs/{job_id}/lease")
+async def lease(job_id: JobId, body: LeaseIn, st: StateDep) -> dict[str, Any]:
+    """Renew (or, `release: true`, give up) a launcher's lease on its job."""
+    node = _node(body.node)
+    timeout = st.settings.lease_timeout_s
+    if body.release:
+        await asyncio.to_thread(node_logs.release_lease, st.repo, job_id, node)
+        return {"job_id": job_id, "node": node, "released": True}
+    state = await asyncio.to_thread(
+        node_logs.renew_lease, st.repo, job_id, node, host=body.host, cycle=body.cycle
+    )
+    return {
+        "job_id": job_id,
+        "node": node,
+        "state": state,
+        "timeout_s": timeout,
+        "renew_every_s": max(0.2, timeout / 4),
+    }

@@ -1,0 +1,82 @@
+"""Flight Recorder dumps flow by themselves (issue 23): a real 2-node gloo job (2 workers
+per node) whose global rank 2 stops calling the collectives (it sleeps, without a
+heartbeat) while the other ranks wait in an all-reduce. The launchers declare the hang, ask
+every node's workers for their dumps through the store before stopping anything, and
+`relaunch serve` analyses the dumps of both nodes with the cycle's logs: the stored verdict
+names rank 2 from the dumps, with no hand step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests._launcher_helpers import engine_available
+from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._service_helpers import running_service
+
+HANG = """
+import os, time
+import torch, torch.distributed as dist
+from relaunch.client import heartbeat
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for it in range(1000):
+    if rank == 2 and it == 5:
+        # never enters the next all-reduce; its last heartbeat came before the others' last
+        # (they heart-beat once more, then wait in the all-reduce): it is silent longest
+        time.sleep(600)
+    heartbeat()
+    dist.all_reduce(t)
+    time.sleep(0.05)
+"""
+
+
+def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> None:
+    if why := engine_available():
+        pytest.skip(why)
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    port = free_port()
+    nodes: list = []
+    with running_service(tmp_path, extra_args=("--node-wait", "60")) as svc:
+        try:
+            for i in range(2):
+                nodes.append(
+                    start_node(
+                        tmp_path, f"n{i}", port, "2", group_rank=i, worker=script, job="hang",
+                        extra=(
+                            "--nproc-per-node", "2", "--max-restarts", "0",
+                            "--ft-attribution-endpoint", svc.endpoint,
+                            "--ft-heartbeat-timeout", "4",
+                            "--ft-initial-heartbeat-timeout", "120",
+                        ),
+                    )
+                )  # fmt: skip
+                if i == 0:
+                    wait_listening(port, nodes[0].proc)
+            codes = [n.wait(timeout=400) for n in nodes]
+        finally:
+            stop_all(nodes)
+        texts = [n.text() for n in nodes]
+        assert codes == [1, 1], "\n-----\n".join(texts)
+        dumps = sorted(p.name for p in (tmp_path / "logs" / "hang" / "fr" / "cycle_0").iterdir())
+        assert dumps == ["rank_0", "rank_1", "rank_2", "rank_3", "request"], dumps
+        with svc.client() as c:
+            data = c.get("/v1/jobs/hang/cycles/0/nodes").json()
+            cycle = c.get("/v1/jobs/hang/cycles/0/evidence").json()
+        assert data["status"] == "completed", data
+        verdict = data["verdict"]
+        assert verdict["flight_recorder"]["culprit_ranks"] == [2], verdict.get("flight_recorder")
+        assert verdict["flight_recorder"]["source"] == "launcher"
+        assert cycle["fr"]["culprit_ranks"] == [2]
+        assert [r["node"] for r in data["logs"]] == ["node0", "node1"]
+        assert verdict["fan_out"]["ranks_seen"] == 4
+        # the launchers' hang facts of both nodes are in the one verdict, rank 2 among them
+        hung = {h["rank"] for h in verdict["fan_out"]["launcher"].get("hangs", [])}
+        assert hung, verdict["fan_out"]["launcher"]
+        # the dumps' culprit picks, among the hang lines of both nodes, node1's on rank 2
+        assert verdict["primary"]["rank"] == 2 and verdict["primary"]["node"] == "node1"
+        assert verdict["flight_recorder"]["primary_is_culprit"] is True
+        assert all(e["rank"] == 2 for e in verdict["flight_recorder"]["evidence"])
