@@ -7,7 +7,7 @@ before its cycle 1 is analysed.
 
     python tests/_real_corpus_driver.py < argvs.json   # -> JSON list of {rc, stdout, stderr}
     python tests/_real_corpus_driver.py --report       # table and counts, every corpus
-    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | holdout2 | holdout3)
+    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | holdout2 | holdout3 | holdout4)
 
 Run it by path (not `-m`) so that `relaunch_cli` comes from PYTHONPATH, not the cwd.
 """
