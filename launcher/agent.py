@@ -1137,6 +1137,13 @@ def funnel_sink_factory(address: str) -> Any:
     return make
 
 
+def refusal(settings: RunSettings) -> str | None:
+    """Why this job is refused before anything starts (one line), or None."""
+    if settings.min_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
+        return EMBEDDED_MULTINODE
+    return None
+
+
 def launch(
     settings: RunSettings, out: TextIO = sys.stderr, sink_factory: Any = None
 ) -> LaunchResult:
@@ -1144,8 +1151,8 @@ def launch(
     state and the verdicts received, read after the history is flushed. A single-node job
     holds its job directory for the run (`launcher.job_lock`): a second launcher of the
     same job on this host gets exit 2."""
-    if settings.min_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
-        print(f"relaunch: error: {EMBEDDED_MULTINODE}", file=out, flush=True)
+    if (why := refusal(settings)) is not None:
+        print(f"relaunch: error: {why}", file=out, flush=True)
         return LaunchResult(2)
     settings.job_dir.mkdir(parents=True, exist_ok=True)
     if settings.max_nodes > 1:

@@ -85,7 +85,8 @@ def clean_message(msg: Any) -> dict[str, Any] | None:
     """The typed, bounded form of one worker datagram, or None when it is not one.
 
     Keeps `r` (rank), `c` (cycle), `k` (kind), `t` (float), `o` (open section or None),
-    `s` (section), `i` (iteration), `ckpt` (checkpoint path) and, for straggler
+    `s` (section), `i` (iteration), `ckpt` (checkpoint path) with, for a completed
+    checkpoint, `cs` (step), `ct` (tier), `cb` (bytes), `cd` (seconds) and, for straggler
     summaries, `n` and `sec` (validated by `launcher.straggler_scores`)."""
     if not isinstance(msg, dict):
         return None
@@ -111,6 +112,15 @@ def clean_message(msg: Any) -> dict[str, Any] | None:
         ckpt = clean_text(msg.get("ckpt"), MAX_PATH_CHARS)
         if ckpt is not None:
             out["ckpt"] = ckpt
+            # a completed checkpoint (client.report_checkpoint): step, tier, bytes, seconds
+            step = _int(msg.get("cs"), 0, MAX_ITERATION)
+            if step is not None:
+                out["cs"] = step
+                out["ct"] = clean_text(msg.get("ct"), MAX_NAME_CHARS) or ""
+                out["cb"] = _int(msg.get("cb"), 0, 2**62) or 0
+                cd = msg.get("cd")
+                ok = isinstance(cd, (int, float)) and not isinstance(cd, bool)
+                out["cd"] = float(cd) if ok and 0 <= cd <= 1e9 else 0.0
     elif kind == "strag":
         n = _int(msg.get("n"), 0, 2**31)
         if n is not None:

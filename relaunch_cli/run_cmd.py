@@ -165,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         for warning in settings.warnings:
             print(f"relaunch run: warning: {warning}", file=sys.stderr, flush=True)
+        from relaunch.launcher.agent import launch, refusal
+
+        if (why := refusal(settings)) is not None:  # one line, nothing else said
+            print(f"relaunch: error: {why}", file=sys.stderr, flush=True)
+            return 2
         print(f"relaunch run: {settings.history_line()}", file=sys.stderr, flush=True)
         _worker_master(settings)
-        from relaunch.launcher.agent import launch
-
         return launch(settings).exit_code
     except _Interrupted as exc:
         name = signal.Signals(exc.signum).name

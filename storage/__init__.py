@@ -21,15 +21,16 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from relaunch.storage.db import StorageError, StorageUnavailable, default_url, relaunch_home
+    from relaunch.storage.errors import StorageError, StorageUnavailable
+    from relaunch.storage.location import default_url, relaunch_home
     from relaunch.storage.records import CycleRecord, JobRecord
     from relaunch.storage.repository import HistoryRepository
 
 _LAZY = {
-    "StorageError": "relaunch.storage.db",
-    "StorageUnavailable": "relaunch.storage.db",
-    "default_url": "relaunch.storage.db",
-    "relaunch_home": "relaunch.storage.db",
+    "StorageError": "relaunch.storage.errors",
+    "StorageUnavailable": "relaunch.storage.errors",
+    "default_url": "relaunch.storage.location",
+    "relaunch_home": "relaunch.storage.location",
     "make_engine": "relaunch.storage.db",
     "CycleRecord": "relaunch.storage.records",
     "JobRecord": "relaunch.storage.records",

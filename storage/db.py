@@ -21,19 +21,11 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
+from relaunch.storage.errors import StorageError, StorageUnavailable  # noqa: F401 - re-exported
 from relaunch.storage.location import default_url, relaunch_home  # noqa: F401 - re-exported
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
 _WRITE_OPTION = "relaunch_write"
-
-
-class StorageError(Exception):
-    """The database cannot be used as asked: bad URL, unreachable server, unwritable file."""
-
-
-class StorageUnavailable(StorageError):
-    """The database cannot keep a write now (its file deleted or replaced, the disk full,
-    the directory read-only): the service answers 503 and acknowledges nothing."""
 
 
 def parse_url(url: str | None) -> URL:

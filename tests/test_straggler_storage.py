@@ -28,7 +28,7 @@ def _verdict(**extra: object) -> dict:
 def test_migration_0008_adds_the_column(tmp_path: Path) -> None:
     repo = open_repository(sqlite_url(tmp_path))
     try:
-        assert head_revision() == "0008"
+        assert head_revision() >= "0008"  # 0008 added it; later revisions keep it
         cols = {c["name"] for c in inspect(repo.engine).get_columns("cycles")}
         assert "stragglers" in cols
     finally:

@@ -54,6 +54,17 @@ def test_worker_values_are_typed_bounded_and_escaped() -> None:
     assert long is not None and len(long["s"]) == 200
 
 
+def test_a_checkpoint_report_keeps_its_typed_fields() -> None:
+    """client.report_checkpoint's datagram survives cleaning (relaunch.checkpoint's facts and
+    the restart's resume point depend on it); bad values become neutral, never raw."""
+    sent = {"r": 0, "c": 1, "k": "progress", "ckpt": "/c/step_3", "cs": 3, "ct": "persistent"}
+    msg = clean_message({**sent, "cb": 4096, "cd": 0.25})
+    assert msg == {**sent, "cb": 4096, "cd": 0.25}
+    odd = clean_message({**sent, "ct": "x\ny", "cb": -1, "cd": float("nan")})
+    assert odd is not None and (odd["ct"], odd["cb"], odd["cd"]) == ("x\\x0ay", 0, 0.0)
+    assert "cs" not in (clean_message({**sent, "cs": "3"}) or {})  # a step must be an int
+
+
 def test_a_datagram_counts_only_from_the_pid_of_the_rank_it_names(tmp_path: Path) -> None:
     """This test process is the 'worker' of rank 3: it can speak for rank 3, not rank 4;
     datagrams sent before the pids are known wait and are judged then."""
