@@ -266,6 +266,7 @@ class RelaunchAgent(LocalElasticAgent):
                 settings.job_dir, settings.rdzv_endpoint, settings.local_addr or None
             )
         self._cycle_no = -1
+        self._round_nodes: dict[int, int] = {}  # cycle -> nodes of its rendezvous round
         self._resume: tuple[int, str] | None = None  # (step, path) of the newest checkpoint
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
@@ -385,6 +386,19 @@ class RelaunchAgent(LocalElasticAgent):
         line = f"verdict cycle={v.cycle} decision={v.decision}{rule} source={v.source}: {v.reason}"
         self.say(line)
         self._event(line)
+        nodes = self._round_nodes.get(v.cycle, 1)
+        if v.decision == "STOP" and v.source.startswith("embedded") and nodes > 1:
+            # an elastic (--nnodes MIN:MAX) job running embedded: this node's engine read only
+            # its own log of a multi-node round; one node must not end the job alone
+            self.recorded_stops.append(v)
+            self.say(
+                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only: the "
+                f"embedded engine read this node's log of a {nodes}-node round, and one node "
+                "does not end a multi-node job alone; for one verdict over every node run "
+                "`relaunch serve --allowed-root LOG_DIR` and give every node "
+                "--ft-attribution-endpoint http://HOST:8570 ***"
+            )
+            return
         if v.decision == "STOP" and self.settings.ft_attribution_stop_action == "log":
             self.recorded_stops.append(v)
             self.say(
@@ -419,6 +433,7 @@ class RelaunchAgent(LocalElasticAgent):
         self._cycles_started += 1
         cycle, node = self._cycle_no, self._node(worker_group)
         self._last_node = node
+        self._round_nodes[cycle] = worker_group.group_world_size or 1
         job_dir = self.settings.job_dir
         log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
         sink: LineSink = self._cycle_sink(worker_group, log_path, cycle, node)
