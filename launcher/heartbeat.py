@@ -119,8 +119,8 @@ def clean_message(msg: Any) -> dict[str, Any] | None:
                 out["ct"] = clean_text(msg.get("ct"), MAX_NAME_CHARS) or ""
                 out["cb"] = _int(msg.get("cb"), 0, 2**62) or 0
                 cd = msg.get("cd")
-                ok = isinstance(cd, (int, float)) and not isinstance(cd, bool)
-                out["cd"] = float(cd) if ok and 0 <= cd <= 1e9 else 0.0
+                seconds = float(cd) if isinstance(cd, (int, float)) and cd is not True else -1.0
+                out["cd"] = seconds if 0 <= seconds <= 1e9 else 0.0  # NaN fails both tests
     elif kind == "strag":
         n = _int(msg.get("n"), 0, 2**31)
         if n is not None:
