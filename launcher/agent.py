@@ -387,25 +387,27 @@ class RelaunchAgent(LocalElasticAgent):
         self.say(line)
         self._event(line)
         nodes = self._round_nodes.get(v.cycle, 1)
-        if v.decision == "STOP" and v.source.startswith("embedded") and nodes > 1:
-            # an elastic (--nnodes MIN:MAX) job running embedded: this node's engine read only
-            # its own log of a multi-node round; one node must not end the job alone
+        # an elastic (--nnodes MIN:MAX) job running embedded: this node's engine read only its
+        # own log of a multi-node round, and one node must not end the job alone
+        one_node_of_many = v.source.startswith("embedded") and nodes > 1
+        if v.decision == "STOP" and (
+            one_node_of_many or self.settings.ft_attribution_stop_action == "log"
+        ):
             self.recorded_stops.append(v)
-            self.say(
-                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only: the "
-                f"embedded engine read this node's log of a {nodes}-node round, and one node "
-                "does not end a multi-node job alone; for one verdict over every node run "
+            why = (
+                f": the embedded engine read this node's log of a {nodes}-node round, and one "
+                "node does not end a multi-node job alone; for one verdict over every node run "
                 "`relaunch serve --allowed-root LOG_DIR` and give every node "
-                "--ft-attribution-endpoint http://HOST:8570 ***"
+                "--ft-attribution-endpoint http://HOST:8570"
+                if one_node_of_many
+                else " (--ft-attribution-stop-action log); the job goes on. "
+                "--ft-attribution-stop-action no-restart acts on it"
             )
-            return
-        if v.decision == "STOP" and self.settings.ft_attribution_stop_action == "log":
-            self.recorded_stops.append(v)
             self.say(
-                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only "
-                f"(--ft-attribution-stop-action log); the job goes on. "
-                f"--ft-attribution-stop-action no-restart acts on it ***"
+                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only{why} ***"
             )
+            if one_node_of_many:
+                return
         if (
             v.decision == "STOP"
             and self.settings.ft_attribution_stop_action == "no-restart"

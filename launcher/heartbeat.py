@@ -75,6 +75,14 @@ def clean_text(value: Any, limit: int) -> str | None:
     return out.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _seconds(value: Any) -> float:
+    """A worker-reported duration: 0 to 1e9 seconds, else 0.0 (compared before it is
+    converted: a huge JSON integer overflows float(); NaN fails the comparison)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
+        return 0.0
+    return float(value)
+
+
 def _int(value: Any, lo: int, hi: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         return None
@@ -118,9 +126,7 @@ def clean_message(msg: Any) -> dict[str, Any] | None:
                 out["cs"] = step
                 out["ct"] = clean_text(msg.get("ct"), MAX_NAME_CHARS) or ""
                 out["cb"] = _int(msg.get("cb"), 0, 2**62) or 0
-                cd = msg.get("cd")
-                seconds = float(cd) if isinstance(cd, (int, float)) and cd is not True else -1.0
-                out["cd"] = seconds if 0 <= seconds <= 1e9 else 0.0  # NaN fails both tests
+                out["cd"] = _seconds(msg.get("cd"))
     elif kind == "strag":
         n = _int(msg.get("n"), 0, 2**31)
         if n is not None:
@@ -373,7 +379,10 @@ class HeartbeatServer:
                 creds = level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
                 if creds and len(payload) >= _CREDS.size:
                     pid = _CREDS.unpack(payload[: _CREDS.size])[0]
-            self._handle(data, pid)
+            try:
+                self._handle(data, pid)
+            except Exception:  # no datagram may end supervision for the job
+                self.rejected += 1
 
     def may_speak_for(self, pid: int | None, rank: int) -> bool:
         """Whether process `pid` may report for `rank` (the NVRx socket's check of its peer,

@@ -149,8 +149,8 @@ def _timeout(value: Any, what: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProtocolError(f"{what} must be a number or None")
-    if not 0 < float(value) < 1e9:
-        raise ProtocolError(f"{what} must be positive")
+    if not 0 < value < 1e9:  # compared before float(): a huge int would overflow it
+        raise ProtocolError(f"{what} must be positive and below 1e9 s")
     return float(value)
 
 
@@ -411,38 +411,53 @@ class NvrxMonitorServer:
 
 
 def _apply_timeouts(monitor: Monitor, msg: _Wire) -> None:
-    """UpdateConfigMsg: timeouts the client calculated replace the cycle's (None: unused)."""
+    """UpdateConfigMsg: timeouts the client calculated replace the cycle's. Everything is
+    checked before anything is assigned (a bad part changes nothing), and a client's None
+    ("not used") keeps the launcher's timeout: one rank cannot switch supervision off."""
     hb = msg.field("hb_timeouts")
     sec = msg.field("section_timeouts")
+    calc: set[str] = set()
+    heartbeat: tuple[float | None, float | None] | None = None
+    sections: tuple[dict[str, float], float | None] | None = None
     if hb is not None:
         if not isinstance(hb, HeartbeatTimeouts):
             raise ProtocolError("UpdateConfigMsg.hb_timeouts must be HeartbeatTimeouts")
-        initial = _timeout(hb.field("initial"), "initial heartbeat timeout")
-        subsequent = _timeout(hb.field("subsequent"), "heartbeat timeout")
-        monitor.initial_timeout, monitor.heartbeat_timeout = initial, subsequent
+        heartbeat = (
+            _timeout(hb.field("initial"), "initial heartbeat timeout"),
+            _timeout(hb.field("subsequent"), "heartbeat timeout"),
+        )
         if hb.field("were_calculated") is True:
-            monitor.calculated = monitor.calculated | {"initial", "heartbeat"}
+            calc |= {"initial", "heartbeat"}
     if sec is not None:
         if not isinstance(sec, SectionTimeouts):
             raise ProtocolError("UpdateConfigMsg.section_timeouts must be SectionTimeouts")
-        sections = sec.field("section") or {}
-        if not isinstance(sections, dict) or len(sections) > 1000:
+        named = sec.field("section") or {}
+        if not isinstance(named, dict) or len(named) > 1000:
             raise ProtocolError("SectionTimeouts.section must be a mapping")
         checked: dict[str, float] = {}
-        for key, value in sections.items():
+        for key, value in named.items():
             if not isinstance(key, str):
                 raise ProtocolError("section names must be strings")
             limit = _timeout(value, f"section {key!r} timeout")
             if limit is not None:
                 checked[key] = limit
-        oos = _timeout(sec.field("out_of_section"), "out-of-section timeout")
-        monitor.section_timeouts, monitor.out_of_section_timeout = checked, oos
+        sections = (checked, _timeout(sec.field("out_of_section"), "out-of-section timeout"))
         names = sec.field("calculated_sections")
         if isinstance(names, set | frozenset | list):
-            calc = {f"section:{n}" for n in names if isinstance(n, str)}
+            calc |= {f"section:{n}" for n in names if isinstance(n, str)}
             if sec.field("is_out_of_section_calculated") is True:
                 calc.add("out_of_section")
-            monitor.calculated = monitor.calculated | calc
+    if heartbeat is not None:
+        initial, subsequent = heartbeat
+        monitor.initial_timeout = initial if initial is not None else monitor.initial_timeout
+        if subsequent is not None:
+            monitor.heartbeat_timeout = subsequent
+    if sections is not None:
+        checked, oos = sections
+        monitor.section_timeouts = {**monitor.section_timeouts, **checked}
+        if oos is not None:
+            monitor.out_of_section_timeout = oos
+    monitor.calculated = monitor.calculated | calc
 
 
 def _read_frame(conn: socket.socket) -> bytes | None:

@@ -187,6 +187,33 @@ def test_a_hostile_peer_loses_its_connection_only(tmp_path: Path) -> None:
         server.close()
 
 
+def _wire(cls: type, **fields: object) -> Any:
+    obj = cls()
+    obj.__dict__.update(fields)
+    return obj
+
+
+def test_a_config_update_cannot_switch_supervision_off_or_half_apply() -> None:
+    """UpdateConfigMsg from one rank: its None keeps the launcher's timeout, a bad part
+    (a huge number, a non-number) changes nothing and is one ProtocolError."""
+    from relaunch.launcher.nvrx_monitor import HeartbeatTimeouts, SectionTimeouts, _apply_timeouts
+
+    monitor = RankMonitor(0, 6.0, None, section_timeouts={"step": 3.0})
+    initial = monitor.initial_timeout
+    off = _wire(HeartbeatTimeouts, initial=None, subsequent=None, were_calculated=True)
+    _apply_timeouts(monitor, _wire(UpdateConfigMsg, hb_timeouts=off, section_timeouts=None))
+    assert (monitor.initial_timeout, monitor.heartbeat_timeout) == (initial, 6.0)
+    good = _wire(HeartbeatTimeouts, initial=50.0, subsequent=7.0, were_calculated=True)
+    for bad in (10**400, "7", float("nan")):
+        sec = _wire(SectionTimeouts, section={"step": bad}, out_of_section=None)
+        with pytest.raises(ProtocolError):
+            _apply_timeouts(monitor, _wire(UpdateConfigMsg, hb_timeouts=good, section_timeouts=sec))
+        assert monitor.heartbeat_timeout == 6.0  # the good heartbeat part was not applied
+        assert monitor.section_timeouts == {"step": 3.0}
+    _apply_timeouts(monitor, _wire(UpdateConfigMsg, hb_timeouts=good, section_timeouts=None))
+    assert (monitor.initial_timeout, monitor.heartbeat_timeout) == (50.0, 7.0)
+
+
 def _init_frame(rank: int) -> bytes:
     """An NVRx InitMsg for `rank`, pickled as NVRx's client pickles it (protocol 2+: the
     class by module and name, then its attributes), without the NVRx wheel."""

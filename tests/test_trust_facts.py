@@ -63,6 +63,8 @@ def test_a_checkpoint_report_keeps_its_typed_fields() -> None:
     odd = clean_message({**sent, "ct": "x\ny", "cb": -1, "cd": float("nan")})
     assert odd is not None and (odd["ct"], odd["cb"], odd["cd"]) == ("x\\x0ay", 0, 0.0)
     assert "cs" not in (clean_message({**sent, "cs": "3"}) or {})  # a step must be an int
+    huge = clean_message({**sent, "cd": 10**400})  # float() of it would overflow
+    assert huge is not None and huge["cd"] == 0.0
 
 
 def test_a_datagram_counts_only_from_the_pid_of_the_rank_it_names(tmp_path: Path) -> None:

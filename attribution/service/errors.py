@@ -31,7 +31,7 @@ ERROR_STATUS: dict[str, int] = {
     "not_submitted": 404,
     "method_not_allowed": 405,
     "request_timeout": 408,
-    "conflict": 409,  # a node's log of a cycle is already stored with another path
+    "conflict": 409,  # a different log for a stored cycle, or a node's log at another path
     "cycle_being_analysed": 409,
     "payload_too_large": 413,
     "host_not_allowed": 421,

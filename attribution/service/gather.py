@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import tempfile
 import threading
 import time
 from concurrent.futures import Executor, Future
@@ -233,25 +234,43 @@ class CycleGather:
         (their folders, re-checked inside the allowed roots; the restricted reader and
         its size bounds apply) and store the findings: the analysis uses their culprits."""
         from relaunch.attribution import fr as fr_mod
+        from relaunch.attribution.fr.reader import MAX_DUMP_BYTES
+        from relaunch.attribution.service.confined import open_confined
+        from relaunch.restart_agent.safe_files import read_fd_bounded
 
-        paths: list[str] = []
-        for d in dirs:
+        with tempfile.TemporaryDirectory(prefix="relaunch-fr-") as copy:
+            # each dump is opened from an allowed root without following any symlink (a
+            # folder swapped for a link after the check is refused) and copied, bounded,
+            # into a folder of the service's own, which the reader then reads
+            copied = 0
+            for d in dirs:
+                try:
+                    where = confine_dir(d, self.allowed_roots, must_exist=True)
+                    names = sorted(p.name for p in where.iterdir() if p.name.startswith("rank_"))
+                except (ApiError, OSError):
+                    continue  # gone, or a link out of the roots
+                for name in names:
+                    target = Path(copy) / name
+                    if target.exists():
+                        continue  # the same rank's dump from two folders: the first counts
+                    try:
+                        fd = open_confined(str(where / name), self.allowed_roots)
+                    except ApiError:
+                        continue
+                    try:
+                        target.write_bytes(read_fd_bounded(fd, MAX_DUMP_BYTES, name))
+                        copied += 1
+                    except (OSError, ValueError):
+                        continue
+                    finally:
+                        os.close(fd)
+            if not copied:
+                return
             try:
-                where = confine_dir(d, self.allowed_roots, must_exist=True)
-            except ApiError:
-                continue  # gone, or a link out of the roots
-            if where.is_dir() and any(
-                p.name.startswith("rank_") and p.is_file() and not p.is_symlink()
-                for p in where.iterdir()
-            ):
-                paths.append(str(where))
-        if not paths:
-            return
-        try:
-            findings = fr_mod.analyze_paths(paths, workers=1)
-        except (ValueError, OSError) as exc:  # nothing readable: the logs decide alone
-            log.warning("flight recorder dumps of %s cycle %s unusable: %s", job_id, cycle, exc)
-            return
+                findings = fr_mod.analyze_paths([copy], workers=1)
+            except (ValueError, OSError) as exc:  # nothing readable: the logs decide alone
+                log.warning("flight recorder dumps of %s cycle %s unusable: %s", job_id, cycle, exc)
+                return
         findings["source"] = "launcher"
         self.engine.store_fr_findings(job_id, cycle, findings)
 
