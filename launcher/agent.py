@@ -69,8 +69,10 @@ EXIT_FAILED = 1  # workers failed and the restart budget is spent
 EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
 EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
 EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
-ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"  # relaunch.checkpoint.ENV_RESUME
 EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
+# relaunch.checkpoint.ENV_RESUME, spelled again: that module imports torch's DCP, which the
+# launcher does not need (tests/test_checkpoint.py checks the two agree)
+ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
 
 EMBEDDED_MULTINODE = (
     "--ft-attribution-endpoint embedded analyses one node's log only; a job of several "

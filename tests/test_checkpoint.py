@@ -215,3 +215,12 @@ def test_loading_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path: Path) -
     with pytest.raises(CheckpointError) as exc:
         load({}, tmp_path)
     assert str(exc.value) == f"{tmp_path} is not a complete checkpoint (no valid COMMITTED marker)"
+
+
+def test_the_launcher_and_the_package_name_one_resume_variable() -> None:
+    """The launcher spells the resume variable itself (the package imports torch's DCP);
+    both must be the same name or a restart silently starts from scratch."""
+    from relaunch.checkpoint.manager import ENV_RESUME as PACKAGE
+    from relaunch.launcher.agent import ENV_RESUME as LAUNCHER
+
+    assert PACKAGE == LAUNCHER == "RELAUNCH_RESUME_CHECKPOINT"
