@@ -286,7 +286,7 @@ def read_log(
     if reader.problem is not None:
         warnings.append(f"{name}: {reader.problem}; analysed the {size} bytes before it")
     identity = {
-        "path": None if stdin else path,
+        "path": None if stdin else os.path.abspath(path),  # stored absolute (issue 25)
         "size": size,
         "sha256": hasher.hexdigest() if hasher is not None else None,
     }

@@ -120,6 +120,22 @@ def test_cycle_defaults_to_the_next_one_and_history_persists(tmp_path):
     assert again["cycle"] == 1 and again["history"]["same_root_prior_cycles"] == 1
 
 
+def test_a_relative_log_path_is_stored_absolute(tmp_path):
+    """`relaunch analyze i.log` from the log's folder stores the absolute path, so a later
+    run from anywhere finds that cycle again (issue 25: stored paths are absolute)."""
+    db = sqlite_url(tmp_path)
+    write(tmp_path, "rel.log", infra_log())
+    p = subprocess.run(
+        [sys.executable, "-m", "relaunch.cli", "analyze", "rel.log", "--db", db]
+        + ["--job-id", "rel", "--format", "json"],
+        cwd=tmp_path, env=hermetic_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    stored = json.loads(p.stdout)["log"]["path"]
+    assert stored == str((tmp_path / "rel.log").resolve())
+    assert analyze_json(tmp_path / "rel.log", "--db", db, "--job-id", "rel")["cycle"] == 0
+
+
 def test_history_is_said_in_text_and_json(tmp_path):
     log = write(tmp_path, "i.log", infra_log())
     p = run_analyze(log, "--format", "json")
@@ -393,8 +409,9 @@ def test_concurrent_invocations_on_one_database(tmp_path):
 
 def test_history_persists_in_postgresql(tmp_path):
     db = pg_url_or_skip()
-    log = write(tmp_path, "stuck.log", infra_log(last_iteration=100))
-    got = [analyze_json(log, "--db", db, "--job-id", "pg")["decision"] for _ in range(4)]
+    # four cycles, each its own log (issue 25: the log of a known cycle is that cycle again)
+    logs = [write(tmp_path, f"stuck{n}.log", infra_log(last_iteration=100)) for n in range(4)]
+    got = [analyze_json(log, "--db", db, "--job-id", "pg")["decision"] for log in logs]
     assert got == ["RESTART", "RESTART", "RESTART", "STOP"]
 
 
