@@ -3,7 +3,7 @@
 Used by the service and MCP (client-named logs under `--allowed-root`), the log funnel,
 audit artifacts, the Flight Recorder reader and secret files; it lives in the lowest
 package so that every package may import it (docs/ARCHITECTURE.md). The rules, the same
-everywhere (docs/service.md, "Paths"):
+everywhere (docs/service.md, "Paths: the symlink rule"):
 
 - `open_confined(path, roots)`: `path` must lie lexically under a root; the walk starts at
   that root and opens one component at a time with `O_NOFOLLOW` relative to its parent
@@ -141,6 +141,8 @@ def _regular_or_close(fd: int, path: str) -> int:
 def _walk_error(exc: OSError, path: str) -> OSError:
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         return _err(SymlinkRefused, exc.errno, "a component is a symlink or not a directory", path)
+    if exc.errno == errno.ENXIO:  # opened for writing without blocking: a FIFO or device
+        return _err(NotRegularFile, exc.errno, "not a regular file (a FIFO or device)", path)
     return exc
 
 

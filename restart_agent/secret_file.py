@@ -42,14 +42,14 @@ def read_regular_bounded(path: str, limit: int = MAX_TOKEN_BYTES) -> bytes:
 
 def read_token_file(path: str, option: str = "--token-file") -> str:
     """The file's stripped text; every problem is one `TokenFileError` line."""
-    try:
-        data = read_regular_bounded(path, MAX_TOKEN_BYTES)
+    try:  # refused before a byte is read when over the limit
+        data = safe_files.read_bounded(path, MAX_TOKEN_BYTES)
+    except safe_files.TooLarge:
+        raise TokenFileError(f"{option} {path} is larger than {MAX_TOKEN_BYTES} bytes") from None
     except (NotRegularFile, IsADirectoryError):
         raise TokenFileError(f"{option} {path} is not a regular file") from None
     except OSError as exc:
         raise TokenFileError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_TOKEN_BYTES:
-        raise TokenFileError(f"{option} {path} is larger than {MAX_TOKEN_BYTES} bytes")
     try:
         token = data.decode("utf-8").strip()
     except UnicodeDecodeError:

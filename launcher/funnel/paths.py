@@ -71,8 +71,8 @@ def open_confined(root: Path, relpath: str) -> tuple[int, str]:
     The open is the one file-safety walk (`restart_agent.safe_files.open_confined`,
     `write=True`): one component at a time with `O_NOFOLLOW` from the root, so a symlink
     below the root is refused whether it points inside or outside (docs/service.md,
-    "Paths"), missing directories are created inside the walk, and a FIFO cannot hang the
-    writer. Raises PathRejected with a message fit for the client.
+    "Paths: the symlink rule"), missing directories are created inside the walk, and a
+    FIFO cannot hang the writer. Raises PathRejected with a message fit for the client.
     """
     rel = confine(root, relpath)
     root_real = os.path.realpath(root)
