@@ -463,7 +463,7 @@ class AttributionEngine:
             return Path(log_path).is_file()
         try:
             os.close(self.opener(log_path))
-        except Exception:  # the opener's refusal (confined: an ApiError)
+        except Exception:  # noqa: BLE001 - the opener's refusal (confined: an ApiError)
             return False
         return True
 
@@ -574,7 +574,7 @@ def scan_nodes(
         entry: dict[str, Any] = {"node": nl.node, "group_rank": nl.group_rank, "path": nl.path}
         try:
             fd = opener(nl.path) if opener is not None else os.open(nl.path, os.O_RDONLY)
-        except Exception as exc:  # gone, outside the roots, unreadable
+        except Exception as exc:  # noqa: BLE001 - gone, outside the roots, unreadable
             entry["error"] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             out.append(entry)
             continue

@@ -603,7 +603,7 @@ def _read_one(path: str) -> RankDump | DumpProblem:
         return DumpProblem(path, rank, f"unreadable: {exc.strerror or exc.__class__.__name__}")
     except RecursionError:
         return DumpProblem(path, rank, "corrupt dump (nesting too deep)")
-    except Exception as exc:  # a well-formed pickle of the wrong shape must not crash a set
+    except Exception as exc:  # noqa: BLE001 - a well-formed pickle of the wrong shape must not crash a set
         return DumpProblem(path, rank, f"not a usable Flight Recorder dump ({exc!r:.80})")
 
 
