@@ -15,7 +15,8 @@ The rule the table below encodes (docs/service.md, "Paths: the symlink rule"):
 
 A cell of EXPECT is the substring the refusal must carry, FOLLOWED (the documented
 operator rule: the file is read), or None (the case has no meaning there; the reason is in
-NOT_APPLICABLE). Nothing here is mocked: real files, FIFOs, /dev/zero, symlinks, swaps.
+NOT_APPLICABLE). Nothing here is mocked: real files, FIFOs, /dev/zero, symlinks, swaps;
+the table's service row is also checked through a real `relaunch serve` over HTTP.
 """
 
 from __future__ import annotations
@@ -300,3 +301,31 @@ def test_every_entry_point_has_a_row_for_every_case() -> None:
     # the confined entry points refuse every symlink below the root, inside or outside
     for entry in ("service", "mcp", "funnel"):
         assert EXPECT[entry]["symlink_inside"] not in (None, FOLLOWED)
+
+
+def test_the_service_answers_the_same_over_http(tmp_path: Path) -> None:
+    """The same cases through a real `relaunch serve` (uvicorn on loopback): `POST /logs`
+    answers each with the error code of the table, never a body quoting the secret."""
+    from tests._service_helpers import running_service
+
+    t = Tree(tmp_path / "logs", tmp_path / "outside", tmp_path / "outside" / "secret.log", Path())
+    t.outside.mkdir()
+    t.secret.write_bytes(SECRET)
+    paths: dict[str, str] = {}
+    for case in ("symlink_outside", "symlink_inside", "dotdot", "absolute_outside", "fifo"):
+        sub = t.root / case
+        (sub / "d").mkdir(parents=True)
+        t.inner = sub / "d" / "inner.log"
+        t.inner.write_bytes(b"[rank0]: ValueError: inside\n")
+        paths[case], _ = _path_for(case, Tree(sub, t.outside, t.secret, t.inner))
+    paths["directory"] = str(t.root / "fifo" / "d")
+    paths["device"] = "/dev/zero"
+    service = running_service(tmp_path, root=t.root, extra_args=["--allowed-root", "/dev"])
+    with service as svc, svc.client() as c:
+        for case, path in sorted(paths.items()):
+            resp = c.post("/logs", json={"log_path": path, "analysis_intent": "terminal"})
+            body = resp.json()
+            assert body.get("error_code") == EXPECT["service"][case], (case, body)
+            assert resp.status_code in (400, 403), (case, resp.status_code)
+            assert "SECRET-OUTSIDE" not in resp.text
+    t.outside_untouched()
