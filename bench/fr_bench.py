@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relaunch.attribution.fr.analyzer import analyze  # noqa: E402
-from relaunch.attribution.fr.reader import read_paths  # noqa: E402
-from tests._fr_helpers import Call, Group, rank_dump  # noqa: E402
+from relaunch.attribution.fr.analyzer import analyze
+from relaunch.attribution.fr.reader import read_paths
+from tests._fr_helpers import Call, Group, rank_dump
 
 TP, PP = 8, 2
 

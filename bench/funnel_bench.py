@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from relaunch.launcher.funnel.client import FunnelSink  # noqa: E402
-from relaunch.launcher.funnel.server import FunnelServer  # noqa: E402
+from relaunch.launcher.funnel.client import FunnelSink
+from relaunch.launcher.funnel.server import FunnelServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SITE = "/usr/local/lib/python3.11/site-packages"
 
 
-def make_logs():  # noqa: ANN201 - a module loaded from a file path
+def make_logs():  # a module loaded from a file path
     spec = importlib.util.spec_from_file_location(
         "make_logs", ROOT / "tests" / "fixtures" / "make_logs.py"
     )

@@ -32,10 +32,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
-from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
-from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler  # noqa: E402
+from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
 
 # As `relaunch run`: the barrier's group rank 0 binds the workers' store of each round
 # (launcher.worker_store) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set; torch's handler

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._timing import timed_median  # noqa: E402
-from relaunch.launcher.straggler_worker import StragglerTimer  # noqa: E402
+from bench._timing import timed_median
+from relaunch.launcher.straggler_worker import StragglerTimer
 
 
 def main() -> int:

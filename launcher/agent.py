@@ -336,7 +336,7 @@ class RelaunchAgent(LocalElasticAgent):
                     fh.write(f"[relaunch] {line}\n")
 
     # -- callbacks from other threads ---------------------------------------------
-    def _on_progress(self, cycle: int, rank: int, msg: dict) -> None:
+    def _on_progress(self, cycle: int, rank: int, msg: dict[str, Any]) -> None:
         with self._state_lock:
             st = self._state
             it = msg.get("i")
@@ -358,7 +358,7 @@ class RelaunchAgent(LocalElasticAgent):
             parts.append(f"checkpoint={msg['ckpt']}")
         self._event(" ".join(parts))
 
-    def _on_checkpoint(self, cycle: int, rank: int, msg: dict) -> None:
+    def _on_checkpoint(self, cycle: int, rank: int, msg: dict[str, Any]) -> None:
         """A `checkpoint` fact; the newest step is what the next cycle resumes from."""
         try:
             line = facts.checkpoint(
@@ -493,7 +493,7 @@ class RelaunchAgent(LocalElasticAgent):
             return self._sink_factory(log_path, cycle, node)
         try:
             address = auto.address(worker_group.store, node)
-        except Exception as exc:  # no writer: this node's log stays local
+        except Exception as exc:  # noqa: BLE001 - no writer: this node's log stays local
             self._warn(f"log funnel (auto) not available: {type(exc).__name__}: {exc}")
             return FileSink(log_path)
         if node == 0:
@@ -603,7 +603,7 @@ class RelaunchAgent(LocalElasticAgent):
             )
         except SignalException:
             raise
-        except Exception as exc:  # a node gone between the rendezvous and the exchange
+        except Exception as exc:  # noqa: BLE001 - a node gone between the rendezvous and the exchange
             self._warn(f"cycle number and budget not agreed with the other nodes: {exc}")
             agreed = mine
         self._next_cycle_no = agreed.next_cycle
@@ -879,7 +879,7 @@ class RelaunchAgent(LocalElasticAgent):
                             f"flight recorder: {world - len(answered)} node(s) did not dump "
                             f"within {fr_dumps.NODES_WAIT_S:g} s"
                         )
-        except Exception as exc:  # the store or the folder went away: stop anyway
+        except Exception as exc:  # noqa: BLE001 - the store or the folder went away: stop anyway
             self._warn(f"flight recorder dumps not collected: {type(exc).__name__}: {exc}")
             return
         ranks = ",".join(map(str, got)) or "none"

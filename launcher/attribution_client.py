@@ -173,7 +173,7 @@ class AttributionClient:
         def task() -> None:
             try:
                 fut.set_result(self._next_cycle(job_id))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure reading history is a warning, never a crash
                 self.on_warning(
                     f"stored history of job {job_id} not readable ({self.name}): "
                     f"{type(exc).__name__}: {exc}"
@@ -303,7 +303,7 @@ class AttributionClient:
                     self._gate.wait(GATE_MAX_S)
                 if not (item.analysis and self._skip_analyses):
                     item.run()
-            except Exception as exc:  # a bug in a task must not kill the thread
+            except Exception as exc:  # noqa: BLE001 - a bug in a task must not kill the thread
                 self.on_warning(f"attribution task failed: {type(exc).__name__}: {exc}")
             finally:
                 with self._cond:
@@ -314,7 +314,7 @@ class AttributionClient:
     def _record_safely(self, what: str, write: Callable[[], None]) -> None:
         try:
             write()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed record is a warning; the job goes on
             self.on_warning(f"{what} not recorded ({self.name}): {type(exc).__name__}: {exc}")
 
     def _send_health(self, job_id: str, cycle: int, *, redecided: bool) -> None:
@@ -324,7 +324,7 @@ class AttributionClient:
         for record in records:
             try:
                 verdict = self._record_health(job_id, cycle, record)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - an unconfirmed report is a warning; the job goes on
                 self.on_warning(
                     f"node health report for cycle {cycle} not confirmed ({self.name}): "
                     f"{type(exc).__name__}: {exc}"
@@ -337,7 +337,7 @@ class AttributionClient:
         self._send_health(job_id, cycle, redecided=False)  # the analysis below includes them
         try:
             verdict = self._analyze(job_id, cycle, log_path, node)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any analysis failure falls back to RESTART
             msg = f"attribution ({self.name}) failed for cycle {cycle}: {type(exc).__name__}: {exc}"
             self.on_warning(msg + "; treating as RESTART")
             verdict = VerdictInfo(cycle, "RESTART", f"no verdict ({msg})", None, "fallback")
@@ -586,7 +586,7 @@ class HttpClient(AttributionClient):
             if "refused" not in self._warned_register:  # once per kind of trouble
                 self._warned_register.add("refused")
                 self.on_warning(f"attribution endpoint {self.endpoint} refused the cycle: {exc}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any other failure: the endpoint is unreachable
             if "unreachable" not in self._warned_register:
                 self._warned_register.add("unreachable")
                 self.on_warning(f"attribution endpoint {self.endpoint} unreachable: {exc}")
@@ -717,7 +717,7 @@ class HttpClient(AttributionClient):
         while not self._lease_stop.is_set():
             try:
                 every = min(LEASE_RENEW_S, self._lease_call())
-            except Exception:  # the service is down: try again; it marks nothing meanwhile
+            except Exception:  # noqa: BLE001 - the service is down: try again; it marks nothing meanwhile
                 every = LEASE_RENEW_S
             self._lease_stop.wait(every)
 

@@ -635,7 +635,7 @@ class BoolFlag(argparse.Action):
 def normalize_switches(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
     """`--switch` -> `--switch=true`, `--switch no` -> `--switch=no` (BoolFlag options),
     scanning the options before the script; the script and its arguments stay as they are."""
-    actions = parser._option_string_actions  # noqa: SLF001 - argparse's own table
+    actions = parser._option_string_actions  # argparse's own table
     out: list[str] = []
     i = 0
     while i < len(args):

@@ -278,7 +278,7 @@ class CycleLog:
         if flush is not None:
             try:
                 flush()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a sink's failure is logged in the cycle log, never fatal
                 self._write(f"{LAUNCHER_PREFIX}warning: log sink flush failed: {exc}")
 
     def _loop(self) -> None:
@@ -301,7 +301,7 @@ class CycleLog:
         self._flush()
         try:
             self.sink.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a sink's failure is reported, never fatal
             self.sink_error = f"{type(exc).__name__}: {exc}"
             if self._on_sink_error is not None:
                 self._on_sink_error(f"closing the log sink: {self.sink_error}")

@@ -48,7 +48,7 @@ def _watch(where: Path, rank: str) -> None:
             return
     try:
         dump(where, rank)
-    except Exception as exc:  # no torch, no process group: the launcher counts what came
+    except Exception as exc:  # noqa: BLE001 - no torch, no process group: the launcher counts what came
         print(f"relaunch: flight recorder dump of rank {rank} failed: {exc}", file=sys.stderr)
 
 

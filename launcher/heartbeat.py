@@ -311,8 +311,8 @@ class HeartbeatServer:
 
     def __init__(
         self,
-        on_progress: Callable[[int, int, dict], None] | None = None,
-        on_straggler: Callable[[int, int, dict], None] | None = None,
+        on_progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+        on_straggler: Callable[[int, int, dict[str, Any]], None] | None = None,
     ) -> None:
         base = "/tmp" if os.path.isdir("/tmp") else None  # short path: AF_UNIX limit is 108
         self._dir = tempfile.mkdtemp(prefix="relaunch-", dir=base)
@@ -381,7 +381,7 @@ class HeartbeatServer:
                     pid = _CREDS.unpack(payload[: _CREDS.size])[0]
             try:
                 self._handle(data, pid)
-            except Exception:  # no datagram may end supervision for the job
+            except Exception:  # noqa: BLE001 - no datagram may end supervision for the job
                 self.rejected += 1
 
     def may_speak_for(self, pid: int | None, rank: int) -> bool:

@@ -114,7 +114,7 @@ class ExchangeThread:
                 log.warning("straggler exchange through the store off: %s", self.failed)
         try:
             self._score(n, merged)
-        except Exception:  # noqa: BLE001 - logged here with what failed
+        except Exception:  # logged here with what failed
             log.exception("straggler scoring failed")
 
     def close(self, timeout: float) -> None:

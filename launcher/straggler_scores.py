@@ -337,7 +337,7 @@ class StragglerReports:
             return
         try:
             scorer.add(int(rank), n, msg.get("sec"))
-        except Exception:  # a damaged summary must not stop the heartbeat thread
+        except Exception:  # noqa: BLE001 - a damaged summary must not stop the heartbeat thread
             return
 
     def end_cycle(self) -> str | None:

@@ -46,7 +46,7 @@ def choose_timer(modules: Mapping[str, Any] | None = None) -> str:
     try:
         if cuda.is_available() and cuda.is_initialized():
             return "cuda"
-    except Exception:  # a broken or partial torch install: fall back to the wall clock
+    except Exception:  # noqa: BLE001 - a broken or partial torch install: fall back to the wall clock
         return "cpu"
     return "cpu"
 
@@ -189,7 +189,7 @@ class StragglerTimer:
             for name, start, end in pending:
                 ns = int(start.elapsed_time(end) * 1e6)  # elapsed_time is in ms
                 self._record_sample(name, ns)
-        except Exception:  # a CUDA error here is the training step's to report, not ours
+        except Exception:  # noqa: BLE001 - a CUDA error here is the training step's to report, not ours
             return
 
     def _record_sample(self, name: str, ns: int) -> None:

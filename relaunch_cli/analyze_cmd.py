@@ -202,7 +202,7 @@ def _enrich(
         if text_path is None:
             raise RuntimeError("the log's text is not in a file")
         enriched = llm.enrich_and_apply(verdict, text_path, config, engine.policy)
-    except Exception as exc:  # an LLM failure never costs the deterministic verdict
+    except Exception as exc:  # noqa: BLE001 - an LLM failure never costs the deterministic verdict
         msg = safe_line(str(exc))
         print(f"relaunch analyze: warning: LLM enrichment failed: {msg}", file=sys.stderr)
         return verdict

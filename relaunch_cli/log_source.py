@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 
 from relaunch.cli.errors import UserError
 from relaunch.cli.progress import ProgressBar
+from relaunch.restart_agent import safe_files
 
 EXIT_BAD_INPUT = 2
 CHUNK = 1 << 20
@@ -88,29 +89,25 @@ def binary_reason(head: bytes) -> str | None:
 
 
 def open_regular(path: str) -> BinaryIO:
-    """Open `path` for reading; only a regular file (checked on the descriptor) is accepted."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    """Open `path` for reading through the one file-safety path
+    (`restart_agent.safe_files.open_regular`: without blocking, only a regular file, checked
+    on the descriptor); each refusal is a one-line `UserError`."""
     try:
-        fd = os.open(path, flags)
+        fd = safe_files.open_regular(path)
     except FileNotFoundError:
         if os.path.islink(path):
             raise UserError(f"broken symbolic link: {path}", EXIT_BAD_INPUT) from None
         raise UserError(f"no such file: {path}", EXIT_BAD_INPUT) from None
     except PermissionError:
         raise UserError(f"permission denied: {path}", EXIT_BAD_INPUT) from None
+    except IsADirectoryError:
+        raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT) from None
+    except safe_files.NotRegularFile:
+        # a device such as /dev/zero never ends, a FIFO blocks, a socket cannot be read
+        raise UserError(f"not a regular file: {path}", EXIT_BAD_INPUT) from None
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise UserError(f"is a directory, not a log file: {path}", EXIT_BAD_INPUT)
-        if not stat.S_ISREG(mode):
-            # a device such as /dev/zero never ends, a FIFO blocks, a socket cannot be read
-            raise UserError(f"not a regular file: {path}", EXIT_BAD_INPUT)
-        return os.fdopen(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
+    return os.fdopen(fd, "rb", buffering=0)
 
 
 class _Reader:

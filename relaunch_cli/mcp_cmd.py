@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         repo = storage.open_repository(url)
     except storage.StorageError as exc:
         raise UserError(str(exc)) from None
-    except Exception as exc:  # a malformed URL (sqlalchemy ArgumentError, ValueError)
+    except Exception as exc:  # noqa: BLE001 - a malformed URL (sqlalchemy ArgumentError, ValueError)
         raise UserError(f"cannot open database {url!r}: {exc}") from None
     print(f"relaunch mcp: {describe(url, source)}", file=sys.stderr, flush=True)  # stdout: MCP
     # stdout carries the protocol on stdio: every log line goes to stderr.

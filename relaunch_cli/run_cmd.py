@@ -14,10 +14,13 @@ import os
 import re
 import signal
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from relaunch.cli import llm_options
 from relaunch.cli.errors import UserError
+
+if TYPE_CHECKING:  # imported lazily at run time (start-up speed)
+    from relaunch.launcher.config import RunSettings
 
 EXIT_USAGE = 2
 
@@ -108,7 +111,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from_args(args: argparse.Namespace):  # -> launcher.config.RunSettings
+def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """Resolve defaults < YAML < CLI; raises UserError on a bad config."""
     from relaunch.launcher import config
 

@@ -12,12 +12,17 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relaunch.cli import llm_options, slack_options
 from relaunch.cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch.cli.errors import UserError
 from relaunch.cli.token_file import read_token
 from relaunch.storage.location import describe, history_url
+
+if TYPE_CHECKING:  # imported lazily at run time (start-up speed)
+    from relaunch.attribution.service.settings import ServiceSettings
+    from relaunch.restart_agent.model import PolicyConfig
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8570
@@ -189,7 +194,7 @@ def _add_policy_arguments(p: argparse.ArgumentParser) -> None:
         )
 
 
-def policy_from_args(args: argparse.Namespace):  # -> restart_agent.model.PolicyConfig
+def policy_from_args(args: argparse.Namespace) -> PolicyConfig:
     from relaunch.attribution.core.policy_config import POLICY_OPTIONS, build_policy
 
     values = {o.dest: getattr(args, o.dest, None) for o in POLICY_OPTIONS}
@@ -211,7 +216,7 @@ def default_dashboard_url(args: argparse.Namespace) -> str | None:
     return f"http://{host}:{args.port}"
 
 
-def settings_from_args(args: argparse.Namespace):  # -> ServiceSettings
+def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     from relaunch.attribution.service.settings import ServiceSettings
 
     roots = []

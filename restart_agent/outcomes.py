@@ -85,7 +85,7 @@ def digit_blind(rx: re.Pattern[str] | str) -> bool:
         return False
 
 
-def _blind(items: Any) -> bool:  # noqa: ANN401 - sre parse items
+def _blind(items: Any) -> bool:  # sre parse items
     for op, av in items:
         if op in (_sre.LITERAL, _sre.NOT_LITERAL):
             if av in _DIGITS:

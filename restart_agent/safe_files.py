@@ -3,7 +3,7 @@
 Used by the service and MCP (client-named logs under `--allowed-root`), the log funnel,
 audit artifacts, the Flight Recorder reader and secret files; it lives in the lowest
 package so that every package may import it (docs/ARCHITECTURE.md). The rules, the same
-everywhere (docs/service.md, "Paths"):
+everywhere (docs/service.md, "Paths: the symlink rule"):
 
 - `open_confined(path, roots)`: `path` must lie lexically under a root; the walk starts at
   that root and opens one component at a time with `O_NOFOLLOW` relative to its parent
@@ -18,9 +18,14 @@ everywhere (docs/service.md, "Paths"):
   over `limit` bytes, then reads at most `limit` + 1 bytes, so a file that grows while read
   is refused too, never read without end.
 
+- `check_path(raw)`: the lexical rules for a path a client names (absolute, no `..`, no
+  NUL, bounded length), checked before anything is opened.
+
 Errors are typed (`FileSafetyError` subclasses, all `OSError`s so existing handlers keep
-working): `OutsideRoot`, `SymlinkRefused`, `NotRegularFile`, `TooLarge`; a missing file
-is `FileNotFoundError`, an unreadable one `PermissionError`.
+working): `InvalidPath`, `OutsideRoot`, `SymlinkRefused`, `NotRegularFile`, `TooLarge`;
+a missing file is `FileNotFoundError`, an unreadable one `PermissionError`, a directory
+where a file is wanted `IsADirectoryError`. Each adapter maps them to its own one-line
+refusal (HTTP status, MCP tool error, gRPC status, `DumpError`, CLI error).
 """
 
 from __future__ import annotations
@@ -57,6 +62,28 @@ class TooLarge(FileSafetyError):
     """The file is larger than the caller's limit (refused before reading)."""
 
 
+class InvalidPath(FileSafetyError):
+    """A path refused before any file is touched: empty, too long, NUL, relative, `..`."""
+
+
+MAX_PATH_LEN = 4096
+
+
+def check_path(raw: object, max_len: int = MAX_PATH_LEN) -> str:
+    """`raw` normalised, when it may name a file under a root at all: a non-empty absolute
+    path of at most `max_len` characters, no NUL byte, no `..` component. InvalidPath
+    (the message completes "path ...") otherwise. Nothing is opened."""
+    if not isinstance(raw, str) or not raw:
+        raise _err(InvalidPath, errno.EINVAL, "must be a non-empty string", repr(raw))
+    if len(raw) > max_len or "\x00" in raw:
+        raise _err(InvalidPath, errno.EINVAL, "is too long or contains a NUL byte", raw[:80])
+    if not os.path.isabs(raw):
+        raise _err(InvalidPath, errno.EINVAL, f"must be absolute: {raw!r}", raw)
+    if ".." in Path(raw).parts:
+        raise _err(InvalidPath, errno.EINVAL, f"must not contain '..': {raw!r}", raw)
+    return os.path.normpath(raw)
+
+
 def _err(cls: type[FileSafetyError], code: int, message: str, path: str) -> FileSafetyError:
     return cls(code, message, path)
 
@@ -81,18 +108,41 @@ def split_under_root(path: str, roots: Sequence[str | os.PathLike[str]]) -> tupl
     return best
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
 def _check_regular(fd: int, path: str) -> os.stat_result:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory", path)
     if not stat.S_ISREG(st.st_mode):
-        raise _err(NotRegularFile, errno.EINVAL, "not a regular file", path)
+        raise _err(NotRegularFile, errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", path)
     return st
+
+
+def _regular_or_close(fd: int, path: str) -> int:
+    """`fd` when it is a regular file, switched back to blocking reads; closed otherwise."""
+    try:
+        _check_regular(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _walk_error(exc: OSError, path: str) -> OSError:
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
         return _err(SymlinkRefused, exc.errno, "a component is a symlink or not a directory", path)
+    if exc.errno == errno.ENXIO:  # opened for writing without blocking: a FIFO or device
+        return _err(NotRegularFile, exc.errno, "not a regular file (a FIFO or device)", path)
     return exc
 
 
@@ -129,13 +179,30 @@ def open_confined(
         raise _walk_error(exc, raw) from None
     finally:
         os.close(fd)
+    return _regular_or_close(leaf, raw)
+
+
+def open_confined_dir(path: str | os.PathLike[str], roots: Sequence[str | os.PathLike[str]]) -> int:
+    """A descriptor of the directory `path` under one of `roots` (the root itself
+    included), reached by the same walk as `open_confined`. The caller closes it."""
+    raw = os.fspath(path)
+    if not os.path.isabs(raw) or "\x00" in raw:
+        raise ValueError(f"not an absolute path: {raw!r}")
+    lexical = os.path.normpath(raw)
+    roots_s = [os.fspath(r) for r in roots]
+    if lexical in roots_s:
+        return os.open(lexical, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    root, parts = split_under_root(lexical, roots_s)
+    fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
-        _check_regular(leaf, raw)
-        os.set_blocking(leaf, True)
-    except BaseException:
-        os.close(leaf)
-        raise
-    return leaf
+        for part in parts:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError as exc:
+        os.close(fd)
+        raise _walk_error(exc, raw) from None
+    return fd
 
 
 def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> int:
@@ -147,13 +214,7 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> int:
         fd = os.open(raw, flags)
     except OSError as exc:
         raise _walk_error(exc, raw) from None
-    try:
-        _check_regular(fd, raw)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _regular_or_close(fd, raw)
 
 
 def read_fd_bounded(fd: int, limit: int, name: str = "file") -> bytes:

@@ -70,7 +70,7 @@ def serve(socket_path: str, mode: str) -> None:
     calls = [0]
 
     class Servicer(node_health_pb2_grpc.HealthCheckServiceServicer):
-        def RunHealthCheck(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def RunHealthCheck(self, request, context):  # type: ignore[no-untyped-def]
             calls[0] += 1
             if mode == "fail_after_first":
                 return _reply("healthy" if calls[0] == 1 else "failing", list(request.args))

@@ -38,7 +38,7 @@ def pg_url_or_skip() -> str:
         with engine.begin() as conn:
             for table in tables:  # every table the models know: a fresh database per test
                 conn.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any connection failure means PostgreSQL is unreachable
         pytest.skip(f"PostgreSQL at RELAUNCH_TEST_PG_URL is unreachable: {exc}")
     finally:
         engine.dispose()

@@ -34,7 +34,7 @@ from relaunch.restart_agent.rowcache import RowSelector
 from tests._agent_helpers import LOGS, ROOT, make_logs, native_installed, scan_chunked
 
 
-def _shapes():  # noqa: ANN202 - bench/log_shapes.py loaded from its path
+def _shapes():  # bench/log_shapes.py loaded from its path
     spec = importlib.util.spec_from_file_location("log_shapes", ROOT / "bench" / "log_shapes.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
@@ -51,7 +51,7 @@ class _OpenGate(LineGate):
 
 
 class _UncachedSelector(RowSelector):
-    def rows_for(self, body, hints):  # noqa: ANN001, ANN201 - same signature as the parent
+    def rows_for(self, body, hints):  # same signature as the parent
         return self._select(body, hints)
 
 
@@ -78,7 +78,7 @@ def reference(data: bytes) -> CycleEvidence:
         lines_mod.fingerprint, lines_mod._facts, lines_mod._entity = memo
 
 
-def _write(tmp_path: Path, name: str, writer, size: int) -> bytes:  # noqa: ANN001
+def _write(tmp_path: Path, name: str, writer, size: int) -> bytes:
     path = tmp_path / name
     writer(path, size, ranks=64, seed=3)
     return path.read_bytes()
@@ -362,9 +362,9 @@ def test_the_gate_keeps_every_row_example() -> None:
 def test_fingerprint_memo_is_exact() -> None:
     """The memo keys a message by its digits masked; the masks must treat digits alike, with
     the 0 of `0x` as the only literal digit (kept when the message holds `0x`)."""
-    import re._parser as sre  # noqa: PLC0415 - the parse tree of the fingerprint masks
+    import re._parser as sre  # the parse tree of the fingerprint masks
 
-    def literal_digits(items) -> list[str]:  # noqa: ANN001 - sre parse items
+    def literal_digits(items) -> list[str]:  # sre parse items
         out = []
         for op, av in items:
             if op is sre.LITERAL and chr(av).isdigit():

@@ -50,7 +50,7 @@ def one_line_error(p: subprocess.CompletedProcess[str], fragment: str) -> None:
     assert lines[0].startswith("relaunch fr: error: ") and fragment in lines[0], lines[0]
 
 
-def _set_with(tmp_path: Path, name: str, make) -> Path:  # noqa: ANN001
+def _set_with(tmp_path: Path, name: str, make) -> Path:
     d = tmp_path / "set"
     write_dumps(stalled_allreduce_job(3, [2]), d)
     (d / name).unlink()

@@ -122,7 +122,7 @@ def test_several_node_processes_same_and_different_files(tmp_path: Path) -> None
         ("a/../../escape.log", "INVALID_ARGUMENT", "'..'"),
         ("{outside}/escape.log", "INVALID_ARGUMENT", "outside the log root"),
         ("link_out/escape.log", "PERMISSION_DENIED", "symlink 'link_out'"),
-        ("link_file.log", "PERMISSION_DENIED", "symlink that leaves"),
+        ("link_file.log", "PERMISSION_DENIED", "symlink 'link_file.log'"),
     ],
 )
 def test_path_attacks_get_a_grpc_error(

@@ -26,7 +26,7 @@ EVERY = tuple(sorted({t.encode() for t in default_registry().prefilter}))
 ONCE = (b'File "', b"step", b"iteration", b"checkpoint", b"Xid")  # Xid: in both
 
 
-def _hyperscan():  # noqa: ANN202
+def _hyperscan():
     import hyperscan
 
     return hyperscan
@@ -44,7 +44,7 @@ def _text(seed: int, n: int) -> bytes:
     return b"".join(out)
 
 
-def _expected(text: bytes, every: tuple[bytes, ...], once: tuple[bytes, ...]):  # noqa: ANN202
+def _expected(text: bytes, every: tuple[bytes, ...], once: tuple[bytes, ...]):
     hits = sorted(
         (p + len(lit), i)
         for i, lit in enumerate(every)

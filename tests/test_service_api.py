@@ -243,7 +243,7 @@ def test_identical_concurrent_requests_are_coalesced(service_factory):
                     },
                 ).raise_for_status()
                 answers.append(c.get("/logs", params={"log_path": str(log)}).json())
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - collected and re-raised by the test thread
             errors.append(exc)
 
     threads = [threading.Thread(target=client) for _ in range(12)]

@@ -148,7 +148,7 @@ def software_version() -> str:
         from importlib.metadata import version
 
         return version("relaunch")
-    except Exception:
+    except ImportError:  # no metadata (PackageNotFoundError is one)
         pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
         try:
             m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M)
@@ -497,7 +497,9 @@ def _prior(d: dict[str, Any]) -> PriorCycle:
     return PriorCycle(**{k: v for k, v in d.items() if k in known})
 
 
-def _integrity_diffs(doc: dict[str, Any], hmac_key: bytes | None) -> tuple[list[dict], str]:
+def _integrity_diffs(
+    doc: dict[str, Any], hmac_key: bytes | None
+) -> tuple[list[dict[str, Any]], str]:
     """Differences in the artifact's own integrity, and the HMAC state."""
     integrity = doc.get("integrity") or {}
     diffs: list[dict[str, Any]] = []

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relaunch.attribution.core.background import BackgroundQueue
-from relaunch.restart_agent import LogScanner, decide
+from relaunch.restart_agent import LogScanner, decide, safe_files
 from relaunch.restart_agent.facts import PREFIX as _FACT_PREFIX
 from relaunch.restart_agent.facts import FactCollector
 from relaunch.restart_agent.model import (
@@ -130,10 +130,8 @@ FACT_PREFIX_BYTES = _FACT_PREFIX.encode()
 
 def tail_facts(log_path: str, opener: Opener | None = None) -> LauncherFacts | None:
     """The launcher facts in the last MiB of a cycle log (regular files only)."""
-    if opener is not None:
-        fd = opener(log_path)
-    else:
-        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    # FIFOs and devices refused, never read (restart_agent.safe_files)
+    fd = opener(log_path) if opener is not None else safe_files.open_regular(log_path)
     with os.fdopen(fd, "rb", buffering=0) as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -465,7 +463,7 @@ class AttributionEngine:
             return Path(log_path).is_file()
         try:
             os.close(self.opener(log_path))
-        except Exception:  # the opener's refusal (confined: an ApiError)
+        except Exception:  # noqa: BLE001 - the opener's refusal (confined: an ApiError)
             return False
         return True
 
@@ -576,7 +574,7 @@ def scan_nodes(
         entry: dict[str, Any] = {"node": nl.node, "group_rank": nl.group_rank, "path": nl.path}
         try:
             fd = opener(nl.path) if opener is not None else os.open(nl.path, os.O_RDONLY)
-        except Exception as exc:  # gone, outside the roots, unreadable
+        except Exception as exc:  # noqa: BLE001 - gone, outside the roots, unreadable
             entry["error"] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             out.append(entry)
             continue

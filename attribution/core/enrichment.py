@@ -97,7 +97,7 @@ class EnrichmentListener:
     def _handle_logged(self, event: VerdictEvent) -> None:
         try:
             self._handle(event)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an enrichment failure never costs the stored verdict
             # messages from our own code and storage; the key never reaches them
             log.error(
                 "LLM enrichment of job %s cycle %s failed: %s: %s",

@@ -83,5 +83,5 @@ def close_listeners(listeners: list[Listener], on_error: Callable[[Listener], No
         if callable(close):
             try:
                 close()
-            except Exception:  # a listener's shutdown must not stop the others'
+            except Exception:  # noqa: BLE001 - a listener's shutdown must not stop the others'
                 on_error(fn)

@@ -13,15 +13,17 @@ completed sequence numbers and the entries still pending (enqueued, not complete
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import pickle
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from relaunch.restart_agent import safe_files
 
 # A file is a rank dump when its name ends in the rank number (an optional
 # .json/.pkl/.pickle suffix is allowed): `_dump_3`, `comm_lib_trace_rank_3`, `nccl_trace_rank_3.json`.
@@ -32,7 +34,6 @@ MAX_DUMP_BYTES = 1 << 30
 # [INT_MIN, INT_MAX] is "no value" (None), so no huge number reaches the analysis or output.
 MAX_RANK = (1 << 24) - 1
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
-_READ_CHUNK = 1 << 20
 
 
 class DumpError(Exception):
@@ -552,38 +553,25 @@ def _merge_ops(items: list[tuple[str, int, dict[str, Any]]]) -> list[Op]:
 
 
 def _read_regular(path: str) -> bytes:
-    """The bytes of `path`, a regular file, at most MAX_DUMP_BYTES of them.
-
-    Opened without following a symbolic link (`relaunch fr` resolves the links a user
-    names on its command line; a link found in a directory, or swapped in after a path
-    was checked, is refused) and without blocking (a FIFO never blocks the
-    open), then checked on the descriptor: a FIFO, device or socket is refused before any
-    read. The limit counts bytes actually read, so a file that grows (or lies about its
-    size) cannot be read past it."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    flags |= getattr(os, "O_NOFOLLOW", 0)
+    """The bytes of `path`, a regular file, at most MAX_DUMP_BYTES of them, read through
+    the one file-safety path (`restart_agent.safe_files.read_bounded`, `follow=False`):
+    a symbolic link is not followed (`relaunch fr` resolves the links a user names on its
+    command line; one found in a directory, or swapped in after a check, is refused), a
+    FIFO, device, socket or directory is refused before any read, and the limit counts
+    bytes actually read. Its refusals become `DumpError`s."""
+    limit = MAX_DUMP_BYTES
     try:
-        fd = os.open(path, flags)
-    except OSError:
-        if os.path.islink(path):
+        return safe_files.read_bounded(path, limit, follow=False)
+    except safe_files.SymlinkRefused as exc:
+        if exc.errno == errno.ELOOP:
             raise DumpError("a symbolic link (not followed)") from None
         raise
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or directory"
-            raise DumpError(f"not a regular file ({kind})")
-        size = os.fstat(fd).st_size
-        if size > MAX_DUMP_BYTES:  # refused before a byte is read
-            raise DumpError(f"file is over the {MAX_DUMP_BYTES}-byte limit ({size} bytes)")
-        parts: list[bytes] = []
-        total = 0
-        while chunk := fh.read(min(_READ_CHUNK, MAX_DUMP_BYTES + 1 - total)):
-            parts.append(chunk)
-            total += len(chunk)
-            if total > MAX_DUMP_BYTES:
-                raise DumpError(f"file is over the {MAX_DUMP_BYTES}-byte limit")
-    return b"".join(parts)
+    except safe_files.NotRegularFile as exc:
+        raise DumpError(exc.strerror or "not a regular file") from None
+    except IsADirectoryError:
+        raise DumpError("not a regular file (a directory)") from None
+    except safe_files.TooLarge as exc:
+        raise DumpError(f"file is over the {limit}-byte limit ({exc.strerror})") from None
 
 
 def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump:
@@ -615,7 +603,7 @@ def _read_one(path: str) -> RankDump | DumpProblem:
         return DumpProblem(path, rank, f"unreadable: {exc.strerror or exc.__class__.__name__}")
     except RecursionError:
         return DumpProblem(path, rank, "corrupt dump (nesting too deep)")
-    except Exception as exc:  # a well-formed pickle of the wrong shape must not crash a set
+    except Exception as exc:  # noqa: BLE001 - a well-formed pickle of the wrong shape must not crash a set
         return DumpProblem(path, rank, f"not a usable Flight Recorder dump ({exc!r:.80})")
 
 

@@ -156,43 +156,24 @@ class FRAnalysis(BaseModel):
 
 
 # ------------------------------------------------------------------------------ helpers
-def _within(path: str, root: Path) -> bool:
-    root_s = str(root)
-    return path == root_s or path.startswith(root_s.rstrip(os.sep) + os.sep)
-
-
 def confine(raw: str, roots: Sequence[Path], *, allow_dir: bool = False) -> Path:
-    """The real path of `raw` if it is a file (or, with `allow_dir`, a directory) under a root.
-
-    Rejects relative paths, `..`, NUL bytes and symlinks resolving outside every root.
-    """
-    if not isinstance(raw, str) or not raw:
-        raise ToolError("path must be a non-empty string")
-    if len(raw) > MAX_PATH_LEN or "\x00" in raw:
-        raise ToolError("path is too long or contains a NUL byte")
-    if not os.path.isabs(raw):
-        raise ToolError(f"path must be absolute: {raw!r}")
-    if ".." in Path(raw).parts:
-        raise ToolError(f"path must not contain '..': {raw!r}")
+    """`raw` normalised if it is a file (or, with `allow_dir`, a directory) under a root,
+    reached by the walk every read makes (`restart_agent.safe_files`): relative paths,
+    `..`, NUL bytes and any symlink below the root are refused."""
+    try:
+        lexical = safe_files.check_path(raw, MAX_PATH_LEN)
+    except safe_files.InvalidPath as exc:
+        raise ToolError(f"path {exc.strerror}") from None
     if not roots:
         raise ToolError("no allowed roots configured: start `relaunch mcp --allowed-root DIR`")
-    lexical = os.path.normpath(raw)
-    if not any(_within(lexical, r) for r in roots):
-        raise ToolError(f"path is outside the allowed roots: {raw!r}")
     if allow_dir:
         try:
-            root, parts = safe_files.split_under_root(lexical, roots)
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            for part in parts:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = nxt
-            os.close(fd)
+            os.close(safe_files.open_confined_dir(lexical, roots))
             return Path(lexical)
-        except NotADirectoryError:
-            pass  # a file: checked below
         except OSError as exc:
-            raise _tool_error(exc, raw) from None
+            if exc.errno != errno.ENOTDIR:
+                raise _tool_error(exc, raw) from None
+            # not a directory: checked as a file below (the walk refuses a symlink again)
     try:  # the walk every read makes (restart_agent.safe_files): no symlink below the root
         os.close(safe_files.open_confined(lexical, roots))
     except (OSError, ValueError) as exc:

@@ -555,7 +555,7 @@ class SlackNotifier:
                 item.attempts = self.config.max_attempts  # retrying cannot help
             self._retry_or_drop(item, delay)
             return
-        except Exception as exc:  # connection refused, timeout, DNS...
+        except Exception as exc:  # noqa: BLE001 - connection refused, timeout, DNS...
             log.warning(
                 "slack: posting a %s alert for job %s failed (attempt %d): %s",
                 item.kind,

@@ -35,7 +35,7 @@ def _version() -> str:
         from importlib.metadata import version
 
         return version("relaunch")
-    except Exception:
+    except ImportError:  # no metadata (PackageNotFoundError is one)
         return "0.1.0"
 
 

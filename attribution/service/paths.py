@@ -12,31 +12,20 @@ from pathlib import Path
 
 from relaunch.attribution.service.confined import open_confined
 from relaunch.attribution.service.errors import ApiError
+from relaunch.restart_agent import safe_files
 
-MAX_PATH_LEN = 4096
-
-
-def _within(path: str, root: Path) -> bool:
-    root_s = str(root)
-    return path == root_s or path.startswith(root_s.rstrip(os.sep) + os.sep)
+MAX_PATH_LEN = safe_files.MAX_PATH_LEN
 
 
 def confine(raw: str, roots: list[Path], *, must_exist: bool = True) -> Path:
     """`raw` (normalised) if it is a readable regular file under a root (or missing, with
     `must_exist=False`)."""
-    if not isinstance(raw, str) or not raw:
-        raise ApiError("invalid_path", "log_path must be a non-empty string")
-    if len(raw) > MAX_PATH_LEN or "\x00" in raw:
-        raise ApiError("invalid_path", "log_path is too long or contains a NUL byte")
-    if not os.path.isabs(raw):
-        raise ApiError("invalid_path", f"log_path must be absolute: {raw!r}")
-    if ".." in Path(raw).parts:
-        raise ApiError("invalid_path", f"log_path must not contain '..': {raw!r}")
+    try:
+        lexical = safe_files.check_path(raw, MAX_PATH_LEN)
+    except safe_files.InvalidPath as exc:
+        raise ApiError("invalid_path", f"log_path {exc.strerror}") from None
     if not roots:
         raise ApiError("outside_allowed_root", "the service has no --allowed-root configured")
-    lexical = os.path.normpath(raw)
-    if not any(_within(lexical, r) for r in roots):
-        raise ApiError("outside_allowed_root", f"log_path is outside the allowed roots: {raw!r}")
     try:  # the same walk every later read makes: no symlink below the root, regular only
         os.close(open_confined(lexical, roots))
     except ApiError as exc:

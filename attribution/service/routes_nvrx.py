@@ -26,7 +26,7 @@ async def wait_future(fut: Future[Any], timeout_s: float) -> None:
         return
     try:
         await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout_s)
-    except (asyncio.TimeoutError, Exception):
+    except Exception:  # noqa: BLE001 - a timeout or the analysis' error (kept in the future)
         return
 
 

@@ -211,13 +211,13 @@ class ServiceState:
         now = time.monotonic()
         try:
             self.repo.check_durable()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any storage failure is the health answer
             return {"status": "fail", "issues": [f"storage unavailable: {exc}"]}
         if now - self._db_checked_at > 1.0:
             try:
                 self.repo.get_job("healthz-probe")
                 self._db_error = None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any database failure is the health answer
                 self._db_error = f"database unavailable: {type(exc).__name__}"
             self._db_checked_at = now
         if self._db_error is not None:

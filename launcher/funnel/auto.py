@@ -32,7 +32,7 @@ class AutoFunnel:
     def __init__(self, job_dir: Path, rdzv_endpoint: str, local_addr: str | None = None) -> None:
         self.job_dir = job_dir
         loop = _loopback(rdzv_endpoint)
-        self.bind = "127.0.0.1" if loop else "0.0.0.0"  # noqa: S104 - the job's nodes reach it
+        self.bind = "127.0.0.1" if loop else "0.0.0.0"  # the job's nodes reach it
         self.public = "127.0.0.1" if loop else (local_addr or socket.getfqdn())
         self._server: Any = None
 

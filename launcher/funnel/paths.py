@@ -1,17 +1,19 @@
 """Confinement of client-chosen log paths to the writer's root directory.
 
 A funnel client names the file it writes as a path relative to the writer's root (derived
-by the launcher, e.g. `<log-dir>/<job-id>`). `open_confined` rejects empty paths, NUL
-bytes, `..` components, absolute paths outside the root and symlinks that lead out of it,
-creates missing directories only after checking each existing component, and verifies the
-opened file descriptor really lies under the root (no check/open race).
+by the launcher, e.g. `<log-dir>/<job-id>`). `confine` rejects empty paths, NUL bytes,
+`..` components and absolute paths outside the root; `open_confined` opens through the
+one file-safety walk (`restart_agent.safe_files`), which refuses any symlink below the
+root (inside or outside), FIFOs and other non-files, and creates missing directories
+inside the walk, so nothing can be swapped between a check and the open.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path, PurePosixPath
+
+from relaunch.restart_agent import safe_files
 
 MAX_PATH_CHARS = 1024
 
@@ -23,10 +25,6 @@ class PathRejected(Exception):
         super().__init__(message)
         self.kind = kind  # "invalid" | "escape" | "os"
         self.message = message
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def confine(root: Path, relpath: str) -> PurePosixPath:
@@ -44,75 +42,56 @@ def confine(root: Path, relpath: str) -> PurePosixPath:
         )
     if pure.is_absolute():
         root_real = os.path.realpath(root)
-        if not _within(os.path.normpath(relpath), root_real):
+        try:
+            _, below = safe_files.split_under_root(relpath, [root_real])
+        except safe_files.OutsideRoot:
             raise PathRejected(
                 "invalid", f"absolute log path {relpath!r} is outside the log root {root_real}"
-            )
-        pure = PurePosixPath(os.path.relpath(os.path.normpath(relpath), root_real))
+            ) from None
+        pure = PurePosixPath(*below)
     parts = [p for p in pure.parts if p not in ("", ".")]
     if not parts:
         raise PathRejected("invalid", f"log path {relpath!r} names the log root, not a file")
     return PurePosixPath(*parts)
 
 
-def open_confined(root: Path, relpath: str) -> tuple[int, str]:
-    """Open (append, create) the file `relpath` under `root`; return (fd, real path).
+def _symlink_named(root_real: str, rel: PurePosixPath) -> str:
+    """For the message only: the first component below the root that is a symlink now."""
+    current = root_real
+    for part in rel.parts:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return part
+    return rel.parts[-1]
 
-    Raises PathRejected with a message fit for the client.
+
+def open_confined(root: Path, relpath: str) -> tuple[int, str]:
+    """Open (append, create) the file `relpath` under `root`; return (fd, its path).
+
+    The open is the one file-safety walk (`restart_agent.safe_files.open_confined`,
+    `write=True`): one component at a time with `O_NOFOLLOW` from the root, so a symlink
+    below the root is refused whether it points inside or outside (docs/service.md,
+    "Paths: the symlink rule"), missing directories are created inside the walk, and a
+    FIFO cannot hang the writer. Raises PathRejected with a message fit for the client.
     """
     rel = confine(root, relpath)
     root_real = os.path.realpath(root)
     if not os.path.isdir(root_real):
         raise PathRejected("os", f"log root {root_real} does not exist")
-    current = root_real
-    for part in rel.parts[:-1]:
-        candidate = os.path.join(current, part)
-        if os.path.islink(candidate):
-            target = os.path.realpath(candidate)
-            if not _within(target, root_real):
-                raise PathRejected(
-                    "escape", f"log path {relpath!r} leaves the log root through symlink {part!r}"
-                )
-            candidate = target
-        elif not os.path.exists(candidate):
-            try:
-                os.mkdir(candidate, 0o755)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise PathRejected(
-                    "os", f"cannot create directory for {relpath!r}: {exc.strerror}"
-                ) from exc
-        real = os.path.realpath(candidate)
-        if not _within(real, root_real):
-            raise PathRejected("escape", f"log path {relpath!r} leaves the log root")
-        if not os.path.isdir(real):
-            raise PathRejected("os", f"log path {relpath!r}: {part!r} is not a directory")
-        current = real
-    final = os.path.join(current, rel.parts[-1])
-    if os.path.islink(final):
-        target = os.path.realpath(final)
-        if not _within(target, root_real):
-            raise PathRejected(
-                "escape", f"log path {relpath!r} is a symlink that leaves the log root"
-            )
-        final = target
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    # O_NONBLOCK: a FIFO planted in the root must not hang the writer (no effect on files).
-    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    final = os.path.join(root_real, *rel.parts)
     try:
-        fd = os.open(final, flags, 0o644)
+        fd = safe_files.open_confined(final, [root_real], write=True)
+    except safe_files.SymlinkRefused:
+        part = _symlink_named(root_real, rel)
+        raise PathRejected(
+            "escape",
+            f"log path {relpath!r} passes through symlink {part!r} (no symlink below the log "
+            "root is followed)",
+        ) from None
+    except safe_files.OutsideRoot:
+        raise PathRejected("escape", f"log path {relpath!r} leaves the log root") from None
+    except safe_files.NotRegularFile as exc:
+        raise PathRejected("os", f"log path {relpath!r} is {exc.strerror}") from None
     except OSError as exc:
-        raise PathRejected("os", f"cannot open log path {relpath!r}: {exc.strerror}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PathRejected("os", f"log path {relpath!r} is not a regular file")
-        proc_link = f"/proc/self/fd/{fd}"
-        opened = os.path.realpath(proc_link) if os.path.exists(proc_link) else final
-        if not _within(opened, root_real):
-            raise PathRejected("escape", f"log path {relpath!r} leaves the log root")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, opened
+        raise PathRejected("os", f"cannot open log path {relpath!r}: {exc.strerror}") from None
+    return fd, final

@@ -86,7 +86,7 @@ class _Servicer(log_funnel_pb2_grpc.LogFunnelServicer):
     def __init__(self, server: FunnelServer) -> None:
         self._server = server
 
-    async def StreamLines(  # noqa: N802 - gRPC method name
+    async def StreamLines(  # gRPC method name
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> Any:
         srv = self._server
@@ -141,7 +141,7 @@ class _Servicer(log_funnel_pb2_grpc.LogFunnelServicer):
             lines_written=lines_written, bytes_written=bytes_written
         )
 
-    async def Ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def Ping(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return log_funnel_pb2.PingResponse(ok=True, open_files=len(self._server._files))
 
 
@@ -217,7 +217,7 @@ class FunnelServer:
             if port == 0:
                 raise OSError(f"log funnel could not bind {host}:{self.port}")
             await server.start()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which re-raises it
             ready.set_exception(exc)
             return
         self._server = server

@@ -69,7 +69,7 @@ class HealthMonitor:
         for name, check in self.checks:
             try:
                 results.extend(check())
-            except Exception as exc:  # noqa: BLE001 - a broken check never fails the node
+            except Exception as exc:  # a broken check never fails the node
                 log.warning("health check %s crashed: %s", name, exc, exc_info=True)
                 results.append(CheckResult(name, "error", f"check crashed: {exc}"))
         report = HealthReport.from_checks(
@@ -85,7 +85,7 @@ class HealthMonitor:
         if self._on_round is not None:
             try:
                 self._on_round(self.rounds, report)
-            except Exception:  # noqa: BLE001 - a logging hook never stops the monitor
+            except Exception:  # a logging hook never stops the monitor
                 log.warning("health monitor callback failed", exc_info=True)
         return report
 

@@ -123,7 +123,7 @@ def nvml_probe() -> CheckResult:
 def _shutdown(nv: Any) -> None:
     try:
         nv.nvmlShutdown()
-    except Exception:  # noqa: BLE001
+    except Exception:  # logged with its traceback: a failed shutdown changes nothing
         log.debug("nvmlShutdown failed", exc_info=True)
 
 
@@ -286,7 +286,7 @@ def collect_snapshots(options: NvmlOptions = NvmlOptions()) -> list[GpuSnapshot]
         if event_set is not None:
             try:
                 nv.nvmlEventSetFree(event_set)
-            except Exception:  # noqa: BLE001
+            except Exception:  # logged with its traceback: a leaked event set is harmless
                 log.debug("nvmlEventSetFree failed", exc_info=True)
         return snaps
     except Exception as exc:  # noqa: BLE001 - an NVML failure mid-way fails open

@@ -49,7 +49,7 @@ def preflight(
     if gpu:
         try:
             checks.extend(gpu_checks(nvml_options or NvmlOptions()))
-        except Exception as exc:  # noqa: BLE001 - a broken check never fails the node
+        except Exception as exc:  # a broken check never fails the node
             log.warning("GPU health check crashed: %s", exc, exc_info=True)
             checks.append(CheckResult("nvml", "error", f"GPU health check crashed: {exc}"))
     if endpoint is not None and endpoint_ok:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from relaunch.restart_agent.secret_file import NotRegularFile, read_regular_bounded
+from relaunch.restart_agent import safe_files
 
 MAX_KEY_BYTES = 4096
 
@@ -72,13 +72,13 @@ class LLMConfig:
             return os.environ.get("OPENAI_API_KEY") or NO_KEY
         path = Path(self.api_key_file)
         try:
-            data = read_regular_bounded(str(path), MAX_KEY_BYTES)
-            if len(data) > MAX_KEY_BYTES:
-                raise LLMConfigError(
-                    f"LLM API key file is larger than {MAX_KEY_BYTES} bytes: {path}"
-                )
+            data = safe_files.read_bounded(path, MAX_KEY_BYTES)  # refused before reading
             text = data.decode("utf-8", errors="strict")
-        except NotRegularFile:
+        except safe_files.TooLarge:
+            raise LLMConfigError(
+                f"LLM API key file is larger than {MAX_KEY_BYTES} bytes: {path}"
+            ) from None
+        except safe_files.NotRegularFile:
             raise LLMConfigError(f"LLM API key file is not a regular file: {path}") from None
         except FileNotFoundError:
             raise LLMConfigError(f"LLM API key file not found: {path}") from None

@@ -62,7 +62,7 @@ def enrich(
         record = _base(config)
         try:
             box["error"] = _pipeline(record, verdict, log_path, config, key, deadline)
-        except Exception as exc:  # the SDK or httpx raising something unforeseen
+        except Exception as exc:  # noqa: BLE001 - the SDK or httpx raising something unforeseen
             box["error"] = f"internal: {type(exc).__name__}: {client.redact(str(exc), key)[:300]}"
         box["record"] = record
 
