@@ -32,6 +32,7 @@ from typing import Any
 
 from relaunch.attribution.core.terminal import safe_line, safe_text
 from relaunch.cli import llm_options
+from relaunch.cli.budget_options import add_budget_arguments, budget_from_args
 from relaunch.cli.cli_args import MAX_INT32, ArgumentParser, bounded_int
 from relaunch.cli.errors import UserError
 from relaunch.cli.log_source import ReadLog, read_log
@@ -72,6 +73,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="analyse a file that looks binary instead of refusing it",
     )
+    add_budget_arguments(p)
     llm_options.add_arguments(p)
     return p
 
@@ -84,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
     llm_config = llm_options.config_from_args(args)
     if llm_config is None and not args.llm:  # a half LLM configuration is an error here too
         llm_options.config_from_args(argparse.Namespace(**{**vars(args), "llm": None}))
+    budget = budget_from_args(args)
     log = read_log(
         args.log,
+        budget=budget,
         hash_log=args.db is not None,
         allow_binary=args.allow_binary,
         spool=llm_config is not None,  # the LLM reads context lines from the text

@@ -27,11 +27,14 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from relaunch.cli.errors import UserError
 from relaunch.cli.progress import ProgressBar
 from relaunch.restart_agent import safe_files
+
+if TYPE_CHECKING:
+    from relaunch.restart_agent.budget import AnalysisBudget
 
 EXIT_BAD_INPUT = 2
 CHUNK = 1 << 20
@@ -198,9 +201,18 @@ def max_input_bytes() -> int:
 
 
 def read_log(
-    path: str, *, hash_log: bool, allow_binary: bool = False, spool: bool = False
+    path: str,
+    *,
+    hash_log: bool,
+    allow_binary: bool = False,
+    spool: bool = False,
+    budget: AnalysisBudget | None = None,
 ) -> ReadLog:
     """Scan the log at `path` (`-`: stdin); raises `UserError` (exit 2) for an unusable one.
+
+    Reading stops at $RELAUNCH_ANALYZE_MAX_BYTES of text and where the analysis `budget`
+    (restart_agent/budget.py; None: its defaults) is reached; either way the verdict is
+    made on what was read and a warning says so.
 
     With `spool`, text that is not a plain file (stdin, gzip) is also copied to a
     temporary file (`ReadLog.text_path`; the caller calls `discard()`)."""
@@ -225,7 +237,7 @@ def read_log(
         total = os.fstat(raw.fileno()).st_size
     name = "<stdin>" if stdin else path
     reader = _Reader(raw)
-    scanner = LogScanner()
+    scanner = LogScanner(budget=budget)
     hasher = hashlib.sha256() if hash_log else None
     warnings: list[str] = []
     size = 0
@@ -258,13 +270,17 @@ def read_log(
                 )
                 if not data:
                     break
-            size += len(data)
             scanner.feed(data)
+            used = scanner.bytes_read - size  # less than `data` once the budget is reached
+            data = data[:used] if used < len(data) else data
+            size += used
             if copy is not None:
                 copy.write(data)
             if hasher is not None:
                 hasher.update(data)
             bar.update(reader.raw_read)
+            if scanner.budget_reached is not None:  # the verdict is made on what was read
+                break
         if reader.problem is not None and size == 0:
             raise UserError(f"{name}: {reader.problem}", EXIT_BAD_INPUT)
     except BaseException as exc:
@@ -282,6 +298,12 @@ def read_log(
         copy.close()
     if reader.problem is not None:
         warnings.append(f"{name}: {reader.problem}; analysed the {size} bytes before it")
+    if (reached := scanner.budget_reached) is not None:
+        warnings.append(
+            f"{name}: analysis budget reached ({reached['reached']} {reached['limit']:g});"
+            f" the verdict is made on the first {size} bytes, the rest was not read"
+            " (--budget-cpu-seconds, --budget-kept-lines)"
+        )
     identity = {
         "path": None if stdin else os.path.abspath(path),  # stored absolute (issue 25)
         "size": size,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relaunch.cli import llm_options, slack_options
+from relaunch.cli.budget_options import add_budget_arguments, budget_from_args
 from relaunch.cli.cli_args import ArgumentParser, bounded_float, bounded_int
 from relaunch.cli.errors import UserError
 from relaunch.cli.token_file import read_token
@@ -111,6 +112,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="S",
         help="longest a request waits for an analysis; then 202 and the verdict is pending",
     )
+    add_budget_arguments(p)
     p.add_argument(
         "--poll-interval",
         type=bounded_float(0.01, 3600),
@@ -239,6 +241,7 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
         args.dashboard_url = default_dashboard_url(args)
     slack = slack_options.from_args(args)
     policy = policy_from_args(args)
+    budget = budget_from_args(args)
     return ServiceSettings(
         policy=policy,
         db_url=history_url(args.db)[0],
@@ -260,6 +263,8 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
         allowed_hosts=["*"] if args.uds else list(args.allowed_host),
         body_timeout_s=args.body_timeout,
         analysis_timeout_s=args.analysis_timeout,
+        analysis_cpu_seconds=budget.cpu_seconds,
+        analysis_max_kept=budget.max_kept,
         node_wait_s=args.node_wait,
         lease_timeout_s=args.lease_timeout,
         progressive_poll_s=args.poll_interval,

@@ -192,6 +192,10 @@ class LineInterpreter:
         """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
         return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
 
+    def kept(self) -> int:
+        """Evidence lines kept so far (roots, cascade evidence, diagnostics: each bounded)."""
+        return len(self.roots) + len(self.cascade_evidence) + len(self.diagnostics)
+
     def frame(self, raw: bytes, lineno: int) -> bool:
         """`line(raw, lineno)` for a traceback frame line, without re-parsing its prefix.
 

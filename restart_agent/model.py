@@ -259,6 +259,9 @@ class CycleEvidence:
     root_lines: int = 0  # root-capable lines seen (all ranks, before dedup)
     launcher: LauncherFacts | None = None  # the launcher's `[relaunch] fact:` lines, if any
     exits: list[ProcessExit] = field(default_factory=list)  # torch elastic's exit reports
+    # the analysis budget reached, if it was: the evidence is of the log's first
+    # `bytes_read` bytes (restart_agent.budget.reached)
+    budget: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

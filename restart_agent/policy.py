@@ -62,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from relaunch.restart_agent.blame import pick_primary
+from relaunch.restart_agent.budget import budget_note
 from relaunch.restart_agent.desync import all_rank_timeout
 from relaunch.restart_agent.lines import is_user_frame
 from relaunch.restart_agent.model import (
@@ -678,7 +679,7 @@ def _build(
         }
     return Verdict(
         decision=decision,
-        basis=basis,
+        basis=basis + budget_note(evidence.budget),  # the scan stopped at its budget
         rule=rule,
         primary=primary,
         cascades=list(evidence.cascades),
@@ -693,6 +694,7 @@ def _build(
             "lines": evidence.lines,
             "bytes": evidence.bytes,
             "truncated_last_line": evidence.truncated_last_line,
+            **({"budget": evidence.budget} if evidence.budget else {}),
         },
         node_health=node_health,
         stragglers=verdict_stragglers(

@@ -7,7 +7,9 @@ r"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
   with every ASCII digit replaced by NUL (no literal holds NUL; lines reach here without
   NULs) plus, for the few literals with digits (`Signal 9`), whether each is present
   (asked only when one of them, masked, is in the masked line). The same message from
-  1,024 ranks with different numbers costs one dict lookup.
+  1,024 ranks with different numbers costs one dict lookup. A line not cached finds its
+  rows as bit masks from the literals it holds, each tested once (one native pass where
+  Hyperscan is installed), as `restart_agent.linegate` does.
 - `fingerprint(failure_class, message)`: `restart_agent.fingerprint.fingerprint`, memoised
   under the message with every ASCII digit replaced by `1` (0 kept where the message holds
   `0x`). That is exact: the masks of `fingerprint.normalize` treat digits alike (`\d`,
@@ -25,6 +27,7 @@ import re
 from collections.abc import Set as AbstractSet
 
 from relaunch.restart_agent import fingerprint as _fp
+from relaunch.restart_agent.multiscan import LiteralScan, literal_scan, native_available
 from relaunch.restart_agent.registry import PatternRow, Registry
 
 MAX_CACHE = 1 << 14
@@ -38,11 +41,37 @@ class RowSelector:
     def __init__(self, registry: Registry) -> None:
         self.rows = registry.patterns
         minimal = registry.prefilter
-        self._by_min: dict[str, list[tuple[str, int]]] = {}
+        # rows as bit masks (bit i: row i): per minimal trigger, its triggers with the rows
+        # each triggers and the (requires literal, rows) pairs of those rows, so a line
+        # tests each literal at most once and only the requires of the rows it reaches
+        by_trigger: dict[str, int] = {}
+        by_requires: dict[str, int] = {}
+        self._no_requires = 0
         for i, row in enumerate(self.rows):
             for t in row.triggers:
-                m = next(k for k in minimal if k in t)
-                self._by_min.setdefault(m, []).append((t, i))
+                by_trigger[t] = by_trigger.get(t, 0) | 1 << i
+            if not row.requires:
+                self._no_requires |= 1 << i
+            for t in row.requires:
+                by_requires[t] = by_requires.get(t, 0) | 1 << i
+        self._by_min: dict[str, list[tuple[str, int, tuple[tuple[str, int], ...]]]] = {}
+        for t, bits in by_trigger.items():
+            m = next(k for k in minimal if k in t)
+            pairs = tuple((r, b) for r, b in sorted(by_requires.items()) if b & bits)
+            self._by_min.setdefault(m, []).append((t, bits, pairs))
+        # where Hyperscan is installed: one native pass per line tells which triggers and
+        # requires it holds (UTF-8 is self-synchronising: a text holds a literal exactly
+        # when its encoding holds the literal's), and the rows follow by bit operations
+        self._native: LiteralScan | None = None
+        lits = tuple(sorted(set(by_trigger) | set(by_requires)))
+        if native_available() and all(lits):
+            self._native = literal_scan((), tuple(t.encode("utf-8", "surrogatepass") for t in lits))
+            self._lit_rows = tuple(by_trigger.get(t, 0) for t in lits)
+            self._lit_min = tuple(
+                next((k for k in minimal if k in t), None) if t in by_trigger else None
+                for t in lits
+            )
+            self._lit_requires = tuple(by_requires.get(t, 0) for t in lits)
         literals = {t for r in self.rows for t in r.triggers + r.requires}
         self._digit_literals = tuple(sorted(t for t in literals if any(c.isdigit() for c in t)))
         masked = {t.encode("ascii").translate(_NUL) for t in self._digit_literals}
@@ -72,19 +101,47 @@ class RowSelector:
         return got
 
     def _select(self, body: str, hints: AbstractSet[str] | None) -> list[PatternRow]:
-        hit: set[int] = set()
+        if self._native is not None:
+            return self._select_native(body, hints)
+        reached = 0  # rows one of whose triggers (under the hints) the line holds
+        requires: list[tuple[tuple[str, int], ...]] = []
         keys = self._by_min if hints is None else hints
         for m in keys:
             if m in body:
-                for t, i in self._by_min.get(m, ()):
+                for t, bits, pairs in self._by_min.get(m, ()):
                     if t in body:
-                        hit.add(i)
+                        reached |= bits
+                        requires.append(pairs)
+        held = reached & self._no_requires  # ... and one of whose requires, if any
+        wanted = reached & ~self._no_requires
+        for pairs in requires:
+            if not wanted:
+                break
+            for t, bits in pairs:
+                if bits & wanted and t in body:
+                    held |= bits & wanted
+                    wanted &= ~bits
+        return self._in_order(held)
+
+    def _select_native(self, body: str, hints: AbstractSet[str] | None) -> list[PatternRow]:
+        """`_select` with the literals found by one native pass (the same answer)."""
+        _, present = self._native.scan(body.encode("utf-8", "surrogatepass"))  # type: ignore[union-attr]
+        reached = required = 0
+        for i in present:
+            if hints is None or self._lit_min[i] in hints:
+                reached |= self._lit_rows[i]
+            required |= self._lit_requires[i]
+        return self._in_order(reached & (self._no_requires | required))
+
+    def _in_order(self, held: int) -> list[PatternRow]:
+        """The rows of the bit mask `held`, in the table's order."""
         rows = self.rows
-        return [
-            rows[i]
-            for i in sorted(hit)
-            if not rows[i].requires or any(r in body for r in rows[i].requires)
-        ]
+        out = []
+        while held:  # in the table's order
+            low = held & -held
+            out.append(rows[low.bit_length() - 1])
+            held ^= low
+        return out
 
 
 _FINGERPRINTS: dict[tuple[str, str], str] = {}

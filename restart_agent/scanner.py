@@ -23,16 +23,22 @@ alone as spans (`restart_agent.frames`), so dense failure output is not visited 
 line either. Lines longer than 64 KiB are cut to their first and last 32 KiB,
 the same way whether they arrive in one chunk or many, so memory stays bounded (a 2 GB
 file of NUL bytes without a newline is one line) and results do not depend on chunking.
+
+Each scan has a budget (restart_agent.budget: CPU seconds, evidence lines kept), checked
+at least once per MiB fed: once reached, `feed` ignores the rest and the evidence says so
+(`CycleEvidence.budget`); its result is that of a scan of the bytes read until then.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 from relaunch.restart_agent.blocks import Blocks, frames_refused
+from relaunch.restart_agent.budget import STEP, AnalysisBudget, reached
 from relaunch.restart_agent.frames import Span
 from relaunch.restart_agent.linegate import LineGate
 from relaunch.restart_agent.lines import MAX_HEAD, READS, LineInterpreter
@@ -55,6 +61,13 @@ _FRAME_RX = re.compile(re.escape(_FRAME))
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")  # the line gate's digit mask
 
 
+def _env_budget() -> AnalysisBudget:
+    try:
+        return AnalysisBudget.from_env()
+    except ValueError:  # the CLI and the service check the variables where they start
+        return AnalysisBudget()
+
+
 def _cut(raw: bytes) -> bytes:
     if len(raw) > HEAD + TAIL:
         return raw[:HEAD] + _JOIN + raw[-TAIL:]
@@ -73,8 +86,13 @@ def _line_at(region: bytes, pos: int) -> tuple[int, int, bytes]:
 class LogScanner:
     """Incremental scanner: `feed()` chunks in order, then `finish()` once."""
 
-    def __init__(self, registry: Registry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None, budget: AnalysisBudget | None = None):
+        """`budget`: the analysis budget (restart_agent.budget; default: its defaults with
+        the environment's overrides, the defaults where those are not numbers)."""
         self.registry = registry or default_registry()
+        self.budget = budget if budget is not None else _env_budget()
+        self.budget_reached: dict[str, Any] | None = None  # set once: no more is read
+        self._cpu = 0.0  # CPU seconds spent in feed()
         # every occurrence of a trigger, and whether a region holds a frame line (frames are
         # found between candidates) or a progress anchor (an absent one is not searched for)
         self._every = tuple(sorted({t.encode() for t in self.registry.prefilter}))
@@ -104,11 +122,37 @@ class LogScanner:
         self._ts_tail = bytearray()  # its last KEEP bytes (and up to KEEP more)
 
     # ------------------------------------------------------------------ streaming
+    @property
+    def bytes_read(self) -> int:
+        """Bytes fed and scanned (those fed after the budget was reached are not)."""
+        return self._bytes
+
     def feed(self, chunk: bytes) -> None:
+        """Scan the next bytes of the log; once the budget is reached, ignore them."""
         if self._finished is not None:
             raise RuntimeError("LogScanner.feed() after finish()")
-        if not chunk:
+        if self.budget_reached is not None or not chunk:
             return
+        budget = self.budget
+        if budget.cpu_seconds is None and budget.max_kept is None:
+            self._feed(chunk)
+            return
+        for at in range(0, len(chunk), STEP) if len(chunk) > STEP else (0,):
+            piece = chunk[at : at + STEP] if len(chunk) > STEP else chunk
+            t0 = time.thread_time()
+            self._feed(piece)
+            self._cpu += time.thread_time() - t0
+            if budget.cpu_seconds is not None and self._cpu >= budget.cpu_seconds:
+                self._stop("cpu_seconds", budget.cpu_seconds)
+            elif budget.max_kept is not None and self._interp.kept() >= budget.max_kept:
+                self._stop("max_kept", budget.max_kept)
+            if self.budget_reached is not None:
+                return
+
+    def _stop(self, limit: str, value: float) -> None:
+        self.budget_reached = reached(limit, value, self._bytes, self._lines)
+
+    def _feed(self, chunk: bytes) -> None:
         self._bytes += len(chunk)
         if b"\n" not in chunk:  # more of a pending line: collect, join lazily
             self._parts.append(chunk)
@@ -368,6 +412,7 @@ class LogScanner:
             lines=lines,
             bytes=self._bytes,
             truncated_last_line=truncated,
+            budget=self.budget_reached,
             cascade_evidence=list(it.cascade_evidence),
             first_teardown_line=it.first_teardown_line,
             primary_reason=reason,
@@ -413,15 +458,18 @@ def choose_primary(
     return None, "no failure evidence"
 
 
-def scan_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> CycleEvidence:
+def scan_file(
+    path: str | os.PathLike[str], chunk_size: int = 1 << 20, budget: AnalysisBudget | None = None
+) -> CycleEvidence:
     """Scan a log file in chunks. Raises the OS error (FileNotFoundError, ...) unchanged.
+    `budget`: as `LogScanner`'s; reading stops where it is reached.
 
     Holes of sparse files are skipped with SEEK_DATA/SEEK_HOLE where the OS has them
     (they read as NUL bytes; `feed_zeros` accounts for them exactly).
     """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
-    scanner = LogScanner()
+    scanner = LogScanner(budget=budget)
     # unbuffered: os.lseek(SEEK_DATA) moves the descriptor, a buffer would go stale
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
@@ -443,4 +491,6 @@ def scan_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> CycleE
                 break
             scanner.feed(chunk)
             pos += len(chunk)
+            if scanner.budget_reached is not None:  # the verdict is made on what was read
+                break
     return scanner.finish()

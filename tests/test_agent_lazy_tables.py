@@ -4,7 +4,8 @@
   to the regex its source gives; a row of an extra table is compiled, and rejected, at load.
 - The line gate derives a row's needles when a line first reaches the row; its answers are
   those of the eager rule (a line passes when some row has a trigger, a require and a needle
-  in it) on every example of every row, on lines one edit away from them and on noise.
+  in it) on every example of every row, on lines one edit away from them and on noise; the
+  gate and the row selector find the same rows with the native literal pass and without.
 - Dialect rows are compiled over bytes only; every bad dialect gets the error it always got.
 - `fingerprint` digests with the built-in SHA-1: the same digest as `hashlib.sha1`.
 - `entity_of` looks for each regex's literals before running it: the same entity as the
@@ -35,6 +36,8 @@ from relaunch.restart_agent.registry import (
     default_registry,
     regex_needles,
 )
+from relaunch.restart_agent.rowcache import RowSelector
+from tests._agent_helpers import native_installed
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -153,13 +156,45 @@ def test_lazy_gate_answers_as_the_eager_rule() -> None:
     assert [gate.skip(raw) for raw in lines] == _eager_skip(lines)  # cached answers
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_gate_and_row_selector_answer_alike_on_either_backend(
+    native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native pass (Hyperscan, where installed) and the stdlib tests find the same
+    rows: the gate answers as the eager rule, the selector as the row-by-row rule, with
+    and without hints."""
+    if native == "1" and not native_installed():
+        pytest.skip("hyperscan is not installed: only the stdlib backend exists here")
+    monkeypatch.setenv("RELAUNCH_NATIVE_SCAN", native)
+    reg = default_registry()
+    gate, selector = LineGate(reg, READS), RowSelector(reg)
+    assert (gate._native is not None) == (native == "1")
+    assert (selector._native is not None) == (native == "1")
+    lines = _lines()
+    assert [gate.skip(raw) for raw in lines] == _eager_skip(lines)
+    minimal = reg.prefilter
+    for raw in lines:
+        body = raw.decode("ascii", "replace")
+        for hints in (None, frozenset(k for k in minimal if k in body), frozenset({"rror"})):
+            want = [
+                row
+                for row in reg.patterns
+                if any(
+                    t in body and (hints is None or next(k for k in minimal if k in t) in hints)
+                    for t in row.triggers
+                )
+                and (not row.requires or any(r in body for r in row.requires))
+            ]
+            assert selector._select(body, hints) == want, (body, hints)
+
+
 def test_gate_derives_needles_only_for_rows_a_line_reaches() -> None:
     gate = LineGate(default_registry(), READS)
     assert gate.skip(b"[rank1]: nothing of interest here")
-    assert not any(isinstance(n, tuple) or n is None for _, _, n in gate._rows)
+    assert not any(isinstance(n, tuple) or n is None for n in gate._needles)
     assert not gate.skip(b"[rank1]: torch.OutOfMemoryError: CUDA out of memory.")
-    derived = sum(1 for _, _, n in gate._rows if isinstance(n, tuple) or n is None)
-    assert 0 < derived < len(gate._rows)
+    derived = sum(1 for n in gate._needles if isinstance(n, tuple) or n is None)
+    assert 0 < derived < len(gate._needles)
 
 
 _GOOD = "dialects:\n  - id: x\n    kind: iteration\n    regex: '{}'\n"

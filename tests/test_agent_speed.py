@@ -51,8 +51,21 @@ class _OpenGate(LineGate):
 
 
 class _UncachedSelector(RowSelector):
+    """The rule row by row: a row is tried when one of its triggers (whose first prefilter
+    literal is among the hints, if any) and one of its requires (if any) are in the line."""
+
     def rows_for(self, body, hints):  # same signature as the parent
-        return self._select(body, hints)
+        minimal = default_registry().prefilter
+
+        def reached(t: str) -> bool:
+            return t in body and (hints is None or next(k for k in minimal if k in t) in hints)
+
+        return [
+            row
+            for row in self.rows
+            if any(reached(t) for t in row.triggers)
+            and (not row.requires or any(r in body for r in row.requires))
+        ]
 
 
 def reference(data: bytes) -> CycleEvidence:

@@ -24,6 +24,7 @@ sees (`parse_strict`), and the digest is recomputed from its canonical form.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -541,12 +542,13 @@ def _copies_diffs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _scan_log(log_path: str, scanner: Any) -> tuple[int, str]:
-    """Hash and scan the recorded log in one pass over one descriptor (regular file only)."""
+def _scan_log(log_path: str, scanner: Any, limit: int | None = None) -> tuple[int, str]:
+    """Hash and scan the recorded log in one pass over one descriptor (regular file only);
+    with `limit`, its first `limit` bytes only (the verdict's scan stopped at its budget)."""
     h, size = hashlib.sha256(), 0
     fd = open_regular(log_path)
     with os.fdopen(fd, "rb", buffering=0) as fh:
-        while chunk := fh.read(_CHUNK):
+        while chunk := fh.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
             h.update(chunk)
             scanner.feed(chunk)
             size += len(chunk)
@@ -557,6 +559,7 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
     """Verify an artifact's integrity, recompute its verdict from the recorded inputs and
     list every difference (see the module docstring)."""
     from relaunch.restart_agent import decide
+    from relaunch.restart_agent.budget import AnalysisBudget
     from relaunch.restart_agent.scanner import LogScanner
 
     doc = load_artifact(path)
@@ -566,9 +569,14 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
     log_path = log_in["path"]
     diffs, mac_state = _integrity_diffs(doc, hmac_key)
     diffs += _copies_diffs(doc)
-    scanner = LogScanner()
+    # a scan stopped at its budget is recomputed on the bytes it read, with no budget
+    scanner = LogScanner(budget=AnalysisBudget.unlimited())
+    stopped = (recorded.get("scan") or {}).get("budget")
+    limit = stopped.get("bytes_read") if isinstance(stopped, dict) else None
     try:
-        size, sha = _scan_log(log_path, scanner)
+        size, sha = _scan_log(
+            log_path, scanner, limit if isinstance(limit, int) and limit >= 0 else None
+        )
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         diffs.append({"field": "inputs.log", "recorded": log_path, "now": f"unreadable: {why}"})
@@ -590,6 +598,8 @@ def recheck(path: str | os.PathLike[str], hmac_key: bytes | None = None) -> Rech
     except (ValueError, AttributeError, TypeError) as exc:
         raise AuditFormatError(f"bad recorded node_health in {path}: {exc}") from None
     evidence = scanner.finish()
+    if isinstance(stopped, dict):  # the same budget note as the recorded verdict's
+        evidence = dataclasses.replace(evidence, budget=stopped)
     fr = inputs.get("fr_culprit_ranks")
     now = decide(evidence, history, policy, fr_culprit_ranks=fr, node_health=notes)
     verdict = now.to_dict()  # compared field by field with the artifact's JSON

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from relaunch.attribution.core.background import BackgroundQueue
 from relaunch.restart_agent import LogScanner, decide, safe_files
+from relaunch.restart_agent.budget import AnalysisBudget
 from relaunch.restart_agent.facts import PREFIX as _FACT_PREFIX
 from relaunch.restart_agent.facts import FactCollector
 from relaunch.restart_agent.model import (
@@ -151,19 +152,36 @@ class StreamingScan:
     logs); the service's incremental reads hash inline (a thread per tracked log would
     outlive the request). `finish()` returns (CycleEvidence, LogIdentity)."""
 
-    def __init__(self, path: str, *, hash_log: bool = True, background: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        hash_log: bool = True,
+        background: bool = False,
+        budget: AnalysisBudget | None = None,
+    ) -> None:
         self.path = path
-        self.size = 0
-        self._scanner = LogScanner()
+        self.size = 0  # bytes scanned (and hashed): none after the budget was reached
+        self._scanner = LogScanner(budget=budget)
         self._hasher: _BackgroundHasher | Any | None = None
         if hash_log:
             self._hasher = _BackgroundHasher() if background else hashlib.sha256()
 
+    @property
+    def budget_reached(self) -> bool:
+        """The analysis budget was reached: what is fed now is neither scanned nor hashed."""
+        return self._scanner.budget_reached is not None
+
     def feed(self, chunk: bytes) -> None:
-        self.size += len(chunk)
-        if self._hasher is not None:
+        scanner = self._scanner
+        before = scanner.bytes_read
+        scanner.feed(chunk)
+        used = scanner.bytes_read - before  # less than the chunk once the budget is reached
+        if used < len(chunk):
+            chunk = chunk[:used]
+        self.size += used
+        if self._hasher is not None and chunk:
             self._hasher.update(chunk)
-        self._scanner.feed(chunk)
 
     def finish(self) -> tuple[CycleEvidence, LogIdentity]:
         evidence = self._scanner.finish()
@@ -182,6 +200,7 @@ def scan_with_identity(
     hash_log: bool = True,
     chunk_size: int = CHUNK_SIZE,
     opener: Opener | None = None,
+    budget: AnalysisBudget | None = None,
 ) -> tuple[CycleEvidence, LogIdentity]:
     """Scan a log in one streaming pass; return (CycleEvidence, LogIdentity).
 
@@ -195,9 +214,9 @@ def scan_with_identity(
         raise IsADirectoryError(21, "Is a directory", path)
     fd = opener(path) if opener is not None else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     with os.fdopen(fd, "rb", buffering=0) as f:
-        scan = StreamingScan(path, hash_log=hash_log, background=True)
+        scan = StreamingScan(path, hash_log=hash_log, background=True, budget=budget)
         try:
-            while chunk := f.read(chunk_size):
+            while not scan.budget_reached and (chunk := f.read(chunk_size)):
                 scan.feed(chunk)
         except BaseException:
             scan.abandon()
@@ -252,10 +271,13 @@ class AttributionEngine:
         hash_logs: bool = True,
         history_limit: int | None = None,
         opener: Opener | None = None,
+        budget: AnalysisBudget | None = None,
     ) -> None:
         """`repo=None` analyses without history and saves nothing (`relaunch analyze` without
         --db). `history_limit` caps how many prior cycles the policy sees (None: all stored).
+        `budget`: each scan's analysis budget (restart_agent.budget; None: its defaults).
         """
+        self.budget = budget
         self.repo = repo
         self.policy = policy or PolicyConfig()
         self.audit_dir = str(Path(audit_dir)) if audit_dir is not None else None
@@ -510,7 +532,10 @@ class AttributionEngine:
             raise ValueError("persist=True needs a repository, a job id and a cycle")
         if evidence is None:
             evidence, ident = scan_with_identity(
-                log_path, hash_log=self.hash_logs and persist, opener=self.opener
+                log_path,
+                hash_log=self.hash_logs and persist,
+                opener=self.opener,
+                budget=self.budget,
             )
             identity = ident.to_dict()
         else:

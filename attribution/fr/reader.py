@@ -13,6 +13,7 @@ completed sequence numbers and the entries still pending (enqueued, not complete
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -30,6 +31,15 @@ from relaunch.restart_agent import safe_files
 _RANK_RE = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
 _PEER_RE = re.compile(r"(send|recv)\s+(\d{1,9})\s*(->|<-)\s*(\d{1,9})(?!\d)")
 MAX_DUMP_BYTES = 1 << 30
+# a set (one dump per rank): refused before any dump is read beyond these
+MAX_DUMP_FILES = 1 << 17  # candidate files (ranks up to 131,072)
+MAX_SET_BYTES = 64 << 30  # their sizes together, as the file system reports them
+
+
+class DumpSetTooLarge(ValueError):
+    """The paths hold more dump files, or more bytes of them, than one analysis reads."""
+
+
 # Bounds on numbers read from dumps: a rank beyond MAX_RANK or any integer outside
 # [INT_MIN, INT_MAX] is "no value" (None), so no huge number reaches the analysis or output.
 MAX_RANK = (1 << 24) - 1
@@ -164,10 +174,29 @@ def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str],
     Files named explicitly are always candidates; inside a directory only names that end in
     a rank number are, and others (e.g. `fault_injection.log`) are listed as ignored.
     Symbolic links to files are candidates too, and are refused when read (`read_dump`).
-    Raises FileNotFoundError for a path that does not exist.
+    Raises FileNotFoundError for a path that does not exist, and `DumpSetTooLarge` as soon
+    as the candidates pass MAX_DUMP_FILES files or MAX_SET_BYTES bytes (sizes from `lstat`:
+    nothing has been read then; each file's own limit is checked as it is read).
     """
     files: list[str] = []
     ignored: list[str] = []
+    total = 0
+
+    def add(path: str) -> None:
+        nonlocal total
+        files.append(path)
+        if len(files) > MAX_DUMP_FILES:
+            raise DumpSetTooLarge(
+                f"more than {MAX_DUMP_FILES} dump files; analyse one job's dumps at a time"
+            )
+        with contextlib.suppress(OSError):  # unreadable: reported when it is read
+            total += os.lstat(path).st_size
+        if total > MAX_SET_BYTES:
+            raise DumpSetTooLarge(
+                f"the dump files hold more than {MAX_SET_BYTES} bytes together;"
+                " analyse one job's dumps at a time"
+            )
+
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
@@ -175,9 +204,16 @@ def find_dump_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[str],
                 dirs.sort()
                 for n in sorted(names):
                     full = os.path.join(root, n)
-                    (files if rank_from_name(n) is not None else ignored).append(full)
+                    if rank_from_name(n) is not None:
+                        add(full)
+                    else:
+                        ignored.append(full)
+                        if len(ignored) > MAX_DUMP_FILES:  # listed in the result: bounded too
+                            raise DumpSetTooLarge(
+                                f"more than {MAX_DUMP_FILES} files that are not dumps in {p}"
+                            )
         elif os.path.lexists(p):
-            files.append(p)
+            add(p)
         else:
             raise FileNotFoundError(p)
     return files, ignored

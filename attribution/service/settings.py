@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from relaunch.restart_agent.budget import DEFAULT_CPU_SECONDS, DEFAULT_MAX_KEPT, AnalysisBudget
 from relaunch.restart_agent.model import PolicyConfig
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ class ServiceSettings:
     # longest a request waits for an analysis (GET /logs?wait=true, uploads, FR dumps,
     # node-health re-decisions); past it the answer says the verdict is pending
     analysis_timeout_s: float = 60.0
+    # each analysis's budget (restart_agent/budget.py): CPU seconds of scanning and evidence
+    # lines kept, after which the verdict is made on what was read and says so (None: none)
+    analysis_cpu_seconds: float | None = DEFAULT_CPU_SECONDS
+    analysis_max_kept: int | None = DEFAULT_MAX_KEPT
     # multi-node cycles (attribution/service/gather.py): longest wait after a cycle's first
     # node ended for the other nodes' logs; a launcher lease not renewed for
     # lease_timeout_s (all of a job's launchers) records the job `lost`
@@ -55,6 +60,10 @@ class ServiceSettings:
     bind_host: str | None = None
     allowed_hosts: list[str] = field(default_factory=list)
     body_timeout_s: float = 60.0  # longest wait for each piece of a request body (408)
+
+    @property
+    def analysis_budget(self) -> AnalysisBudget:
+        return AnalysisBudget(self.analysis_cpu_seconds, self.analysis_max_kept)
 
     def __post_init__(self) -> None:
         home = Path(os.environ.get("RELAUNCH_HOME", Path.home() / ".relaunch"))

@@ -78,6 +78,7 @@ class ServiceState:
             policy=settings.policy,
             audit_dir=settings.audit_dir,
             opener=self.open_log,
+            budget=settings.analysis_budget,
         )
         self.listeners: list[Listener] = []
         self._install_listeners()
@@ -267,7 +268,14 @@ class ServiceState:
 
     def track(self, path: Path, job_id: str, cycle: int, **kw: Any) -> TrackedLog:
         """A new TrackedLog whose reads are confined to the service's roots."""
-        return TrackedLog(path=path, job_id=job_id, cycle=cycle, roots=self.read_roots, **kw)
+        return TrackedLog(
+            path=path,
+            job_id=job_id,
+            cycle=cycle,
+            roots=self.read_roots,
+            budget=self.settings.analysis_budget,
+            **kw,
+        )
 
     def _key_lock(self, key: tuple[str, int]) -> threading.RLock:
         """The lock serialising analysis decisions for (job, cycle) `key`."""

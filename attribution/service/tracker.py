@@ -22,6 +22,7 @@ from typing import Any
 from relaunch.attribution.core.engine import StreamingScan
 from relaunch.attribution.service.confined import open_confined
 from relaunch.attribution.service.errors import ApiError
+from relaunch.restart_agent.budget import AnalysisBudget
 
 READ_CHUNK = 1 << 20
 
@@ -38,6 +39,7 @@ class TrackedLog:
     submitted_at: float = field(default_factory=time.time)
     # where reads are confined to; empty: the log's own directory (tests, tools)
     roots: tuple[Path, ...] = ()
+    budget: AnalysisBudget | None = None  # each scan's analysis budget (None: its defaults)
     # incremental scan state (guarded by `lock`)
     scanner: StreamingScan | None = None
     offset: int = 0
@@ -66,7 +68,7 @@ class TrackedLog:
         return open_confined(self.path, roots)
 
     def _reset(self) -> StreamingScan:
-        self.scanner = StreamingScan(str(self.path))
+        self.scanner = StreamingScan(str(self.path), budget=self.budget)
         self.offset = 0
         return self.scanner
 
@@ -97,7 +99,8 @@ class TrackedLog:
                 self.file_id = fid
             fh.seek(self.offset)
             read = 0
-            while max_bytes is None or read < max_bytes:
+            # past the analysis budget nothing more is scanned: the rest is not read
+            while (max_bytes is None or read < max_bytes) and not scan.budget_reached:
                 want = READ_CHUNK if max_bytes is None else min(READ_CHUNK, max_bytes - read)
                 chunk = fh.read(want)
                 if not chunk:
