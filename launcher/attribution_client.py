@@ -32,12 +32,14 @@ import dataclasses
 import os
 import queue
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -64,6 +66,7 @@ class VerdictInfo:
 
 GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
 WRITE_BUDGET_S = 30.0  # a history write (register, end, health): the database may be busy
+MAX_DUMP_UPLOAD = 256 << 20  # a larger file in the dump folder is not a dump: not sent
 OPEN_BUDGET_S = 120.0  # opening and migrating the embedded database
 ANALYSIS_BASE_S = 30.0  # an analysis: this, plus its log at ANALYSIS_BYTES_PER_S
 LEASE_RENEW_S = 5.0  # longest time between two lease renewals (the service may ask for less)
@@ -568,14 +571,13 @@ class HttpClient(AttributionClient):
         multi = self._multi(job_id, cycle)
         try:
             if multi is not None:  # one log per node, the cycle analysed over all of them
-                with self._cond:
-                    fr_dir = self._fr_dirs.get((job_id, cycle))
+                # no fr_dir: this node uploads its dumps before its end (`_upload_dumps`), so
+                # they reach the service without a log dir it shares with every node
                 body = {
                     "log_path": log_path,
                     "nodes": multi[1],
                     "group_rank": node,
                     "host": socket.gethostname(),
-                    "fr_dir": fr_dir,
                 }
                 resp = self._http.post(self._nodes_url(job_id, cycle, f"/{multi[0]}"), json=body)
                 if resp.status_code >= 400:
@@ -665,6 +667,7 @@ class HttpClient(AttributionClient):
             raise EndpointRefused("POST cycle end", resp.status_code, resp.text)
         multi = self._multi(job_id, cycle)
         if multi is not None:  # this node's log is complete: the service may analyse
+            self._upload_dumps(job_id, cycle, multi[0])  # first: the analysis joins them
             resp = self._http.post(
                 self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
                 json={"outcome": outcome, "analyse": self._analyse.get((job_id, cycle), True)},
@@ -672,6 +675,43 @@ class HttpClient(AttributionClient):
             )
             if resp.status_code >= 400:
                 raise EndpointRefused("POST node end", resp.status_code, resp.text)
+
+    def _upload_dumps(self, job_id: str, cycle: int, node_id: str) -> None:
+        """Send this node's Flight Recorder dumps of the cycle (`rank_<R>` in its dump
+        folder, regular files only, each at most MAX_DUMP_UPLOAD bytes) to the service. A
+        refused or failed upload is a warning: the logs are analysed without them."""
+        with self._cond:
+            fr_dir = self._fr_dirs.get((job_id, cycle))
+        if fr_dir is None:
+            return
+        paths = []
+        try:
+            for p in sorted(Path(fr_dir).iterdir()):
+                st = p.lstat()
+                regular = stat.S_ISREG(st.st_mode)
+                if p.name.startswith("rank_") and regular and st.st_size <= MAX_DUMP_UPLOAD:
+                    paths.append(p)
+        except OSError:
+            return
+        if not paths:
+            return
+        with contextlib.ExitStack() as stack:
+            files = [
+                ("files", (p.name, stack.enter_context(open(p, "rb")), "application/octet-stream"))
+                for p in paths
+            ]
+            resp = self._http.post(
+                self._nodes_url(job_id, cycle, f"/{node_id}/fr"),
+                files=files,
+                # multipart is CORS-safelisted: say it is not a browser's form post
+                headers={"X-Relaunch-Client": "relaunch-launcher"},
+                timeout=max(self._http.timeout.read or 5.0, 60.0),
+            )
+        if resp.status_code >= 400:
+            self.on_warning(
+                f"attribution endpoint {self.endpoint} refused the Flight Recorder dumps of "
+                f"cycle {cycle}: {resp.status_code} {resp.text[:200]}"
+            )
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         from urllib.parse import quote

@@ -3,7 +3,9 @@ per node) whose global rank 2 stops calling the collectives (it sleeps, without 
 heartbeat) while the other ranks wait in an all-reduce. The launchers declare the hang, ask
 every node's workers for their dumps through the store before stopping anything, and
 `relaunch serve` analyses the dumps of both nodes with the cycle's logs: the stored verdict
-names rank 2 from the dumps, with no hand step."""
+names rank 2 from the dumps, with no hand step. Each launcher has its own --log-dir (no log
+dir shared by the nodes): each uploads its own dumps to the service before it reports its
+node's end, and the one analysis over both nodes joins them."""
 
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> Non
                 nodes.append(
                     start_node(
                         tmp_path, f"n{i}", port, "2", group_rank=i, worker=script, job="hang",
+                        log_dir=tmp_path / "logs" / f"n{i}",  # a log dir of its own
                         extra=(
                             "--nproc-per-node", "2", "--max-restarts", "0",
                             "--ft-attribution-endpoint", svc.endpoint,
@@ -61,8 +64,15 @@ def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> Non
             stop_all(nodes)
         texts = [n.text() for n in nodes]
         assert codes == [1, 1], "\n-----\n".join(texts)
-        dumps = sorted(p.name for p in (tmp_path / "logs" / "hang" / "fr" / "cycle_0").iterdir())
-        assert dumps == ["rank_0", "rank_1", "rank_2", "rank_3", "request"], dumps
+        for i, ranks in enumerate((["rank_0", "rank_1"], ["rank_2", "rank_3"])):
+            where = tmp_path / "logs" / f"n{i}" / "hang" / "fr" / "cycle_0"
+            assert sorted(p.name for p in where.iterdir()) == [*ranks, "request"]
+        # what reached the service: each node's own dumps, uploaded by its launcher
+        uploads = svc.workdir / "data" / "fr" / "hang" / "cycle_0" / "nodes"
+        sent = {
+            d.name.split("-")[0]: sorted(p.name for p in d.iterdir()) for d in uploads.iterdir()
+        }
+        assert sent == {"node0": ["rank_0", "rank_1"], "node1": ["rank_2", "rank_3"]}, sent
         with svc.client() as c:
             data = c.get("/v1/jobs/hang/cycles/0/nodes").json()
             cycle = c.get("/v1/jobs/hang/cycles/0/evidence").json()
