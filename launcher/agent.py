@@ -771,10 +771,32 @@ class RelaunchAgent(LocalElasticAgent):
             if st.first_failed is None:
                 st.first_failed = set(getattr(pc, "_failures", {}).keys())
                 st.first_failed_at = time.monotonic()
+                self._dumps_on_timeout(st)  # before any survivor is closed
             # torch annotates `timeout: int` but uses it as seconds in float arithmetic
             original(death_sig, timeout_s if timeout is None else timeout)  # type: ignore[arg-type]
 
         pc.close = close  # type: ignore[method-assign]
+
+    def _dumps_on_timeout(self, st: _CycleState) -> None:
+        """A worker that died on a collective timeout wrote its own Flight Recorder dump
+        (`launcher.fr_worker`'s exception hook; gloo dumps nothing itself). Before elastic
+        closes the survivors, ask them for theirs (bounded): the rank that never entered
+        the collective is among them. This node's workers only."""
+        if st.fr_done or st.fr_dir is None:
+            return
+        have = set(fr_dumps.dumped(st.fr_dir, st.ranks))
+        if not have:
+            return  # no rank dumped on a timeout: a plain crash, nothing to ask
+        st.fr_done = True
+        dead = {st.ranks[i] for i in st.first_failed or () if 0 <= i < len(st.ranks)}
+        seen = self._monitor.ranks_seen() if self._monitor is not None else set()
+        want = (set(st.ranks) & seen) - (dead - have)  # a dead rank without a dump: none comes
+        got = fr_dumps.request(st.fr_dir, sorted(want | have))
+        ranks = ",".join(map(str, got)) or "none"
+        st.log.event(
+            f"flight recorder: rank(s) {','.join(map(str, sorted(have)))} dumped on a "
+            f"collective timeout; dumps of ranks {ranks} in {st.fr_dir}"
+        )
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         self._check_signal()
