@@ -17,6 +17,8 @@ from tests._launcher_helpers import engine_available
 from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
 from tests._service_helpers import running_service
 
+NODE_LOG_URL = "/v1/jobs/up/cycles/0/nodes/node1"
+
 HANG = """
 import os, time
 import torch, torch.distributed as dist
@@ -90,3 +92,31 @@ def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> Non
         assert verdict["primary"]["rank"] == 2 and verdict["primary"]["node"] == "node1"
         assert verdict["flight_recorder"]["primary_is_culprit"] is True
         assert all(e["rank"] == 2 for e in verdict["flight_recorder"]["evidence"])
+
+
+def test_node_dump_upload_bad_inputs(tmp_path: Path) -> None:
+    """What each bad upload of a node's dumps gets (real service): a node that registered no
+    log 404, no file 422, a part named like a path is stored under a plain name inside the
+    upload's own fresh folder; nothing is analysed on arrival."""
+    log = tmp_path / "logs" / "up" / "cycle_0.node1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("[relaunch] cycle 0 started\n")
+    with running_service(tmp_path) as svc, svc.client() as c:
+        dump = {"files": ("rank_2", b"not a pickle", "application/octet-stream")}
+        r = c.post(NODE_LOG_URL + "/fr", files=dump)
+        assert r.status_code == 404 and r.json()["error_code"] == "not_found", r.text
+        r = c.post(NODE_LOG_URL, json={"log_path": str(log), "nodes": 2, "group_rank": 1})
+        assert r.status_code == 200, r.text
+        r = c.post(NODE_LOG_URL + "/fr", data={"x": "1"})
+        assert r.status_code == 422 and r.json()["error_code"] == "malformed_request", r.text
+        parts = [
+            ("files", ("../../evil", b"x", "application/octet-stream")),
+            ("files", ("rank_2", b"not a pickle", "application/octet-stream")),
+        ]
+        r = c.post(NODE_LOG_URL + "/fr", files=parts)
+        assert r.status_code == 200, r.text
+        assert r.json()["files"] == ["evil", "rank_2"]
+        (folder,) = (svc.workdir / "data" / "fr" / "up" / "cycle_0" / "nodes").iterdir()
+        assert folder.name.startswith("node1-")
+        assert sorted(p.name for p in folder.iterdir()) == ["evil", "rank_2"]
+        assert c.get("/v1/jobs/up/cycles/0/nodes").json()["status"] == "waiting"

@@ -32,8 +32,10 @@ def cycle_dir(data_dir: str | Path, job_id: str, cycle: int) -> Path:
 
 
 def node_upload_dir(data_dir: str | Path, job_id: str, cycle: int, node: str) -> Path:
-    """A fresh folder for one upload of `node`'s dumps (`node` is a checked node id)."""
-    return cycle_dir(data_dir, job_id, cycle) / NODES / f"{node}-{time.time_ns()}"
+    """A fresh folder for one upload of `node`'s dumps (its name: the node id with any
+    character outside [A-Za-z0-9._] replaced, then `-<ns>`)."""
+    name = re.sub(r"[^A-Za-z0-9._]", "_", node)[:64]
+    return cycle_dir(data_dir, job_id, cycle) / NODES / f"{name}-{time.time_ns()}"
 
 
 def node_dirs(data_dir: str | Path, job_id: str, cycle: int) -> list[Path]:
