@@ -539,6 +539,9 @@ class HttpClient(AttributionClient):
         self._warned_register: set[str] = set()
         self._lease: tuple[str, str] | None = None  # (job, node) renewed while running
         self._lease_stop = threading.Event()
+        # multi-node cycles decided without some nodes' logs: (job, cycle) -> the nodes
+        # missing then; a re-decision (a late node's log) is pushed to this launcher
+        self._partial: dict[tuple[str, int], tuple[str, ...]] = {}
         super().__init__(on_verdict, on_warning)
 
     def _post(self, job_id: str, cycle: int, log_path: str, intent: str) -> None:
@@ -605,9 +608,11 @@ class HttpClient(AttributionClient):
                 raise RuntimeError(str(data.get("error") or "analysis failed"))
             verdict = data.get("verdict")
             if data.get("status") == "completed" and isinstance(verdict, dict):
-                info = _from_verdict_dict(cycle, verdict, "http")
-                decision = "STOP" if str(info.decision).upper() == "STOP" else "RESTART"
-                return dataclasses.replace(info, decision=decision, raw=data)
+                missing = _missing_nodes(verdict)
+                if missing:
+                    with self._cond:
+                        self._partial[(job_id, cycle)] = missing
+                return _nodes_verdict(cycle, verdict, data)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no verdict after {self.verdict_timeout:.0f} s")
             time.sleep(self.poll_interval)
@@ -759,7 +764,38 @@ class HttpClient(AttributionClient):
                 every = min(LEASE_RENEW_S, self._lease_call())
             except Exception:  # the service is down: try again; it marks nothing meanwhile
                 every = LEASE_RENEW_S
+            self.check_redecided()
             self._lease_stop.wait(every)
+
+    def check_redecided(self) -> list[VerdictInfo]:
+        """Ask again about the multi-node cycles decided without some nodes' logs (at each
+        lease renewal while the job runs); a cycle the service decided again with more
+        nodes' logs is pushed to `on_verdict` with `redecided=True` (the agent acts on it
+        like a re-decision after a node-health report). Returns what was pushed."""
+        with self._cond:
+            partial = dict(self._partial)
+        pushed: list[VerdictInfo] = []
+        for (job_id, cycle), missing in partial.items():
+            try:
+                resp = self._http.get(self._nodes_url(job_id, cycle))
+                data = resp.json() if resp.status_code < 400 else {}
+            except Exception:  # noqa: BLE001 - the service is away: ask at the next renewal
+                continue
+            verdict = data.get("verdict") if data.get("status") == "completed" else None
+            if not isinstance(verdict, dict):
+                continue
+            now = _missing_nodes(verdict)
+            if now == missing:
+                continue  # not decided again yet
+            with self._cond:
+                if now:
+                    self._partial[(job_id, cycle)] = now
+                else:
+                    self._partial.pop((job_id, cycle), None)
+            info = dataclasses.replace(_nodes_verdict(cycle, verdict, data), redecided=True)
+            pushed.append(info)
+            self.on_verdict(info)
+        return pushed
 
     def close(self) -> bool:
         done = super().close()
@@ -769,6 +805,19 @@ class HttpClient(AttributionClient):
                 self._lease_call(release=True)
         self._http.close()
         return done
+
+
+def _missing_nodes(verdict: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes a multi-node verdict was decided without (`cycle_nodes.missing`)."""
+    nodes = verdict.get("cycle_nodes")
+    missing = nodes.get("missing") if isinstance(nodes, dict) else None
+    return tuple(str(m) for m in missing) if isinstance(missing, list) else ()
+
+
+def _nodes_verdict(cycle: int, verdict: dict[str, Any], data: dict[str, Any]) -> VerdictInfo:
+    info = _from_verdict_dict(cycle, verdict, "http")
+    decision = "STOP" if str(info.decision).upper() == "STOP" else "RESTART"
+    return dataclasses.replace(info, decision=decision, raw=data)
 
 
 def make_client(

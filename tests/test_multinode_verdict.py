@@ -205,3 +205,45 @@ def test_embedded_multinode_is_refused_with_one_line_on_every_node(
         assert f"(--nnodes {nnodes})" in lines[0] and "relaunch serve" in lines[0]
     assert not (tmp_path / "worker.pid").exists()
     assert not list((tmp_path / "logs").glob("emb/cycle_*"))
+
+
+def test_a_re_decided_cycle_is_pushed_to_a_running_launcher(tmp_path: Path) -> None:
+    """A cycle decided without node1 (it had not ended when `--node-wait` passed) is decided
+    again when node1's end arrives; the launcher's HTTP client, still running, learns it at
+    its next lease renewal (`check_redecided`, called here directly instead of waiting for
+    the renewal thread) as a verdict with `redecided=True`, once. Real service, real client."""
+    from relaunch.launcher.attribution_client import HttpClient
+
+    job = tmp_path / "logs" / "late"
+    job.mkdir(parents=True)
+    for k in (0, 1):
+        (job / f"cycle_0.node{k}.log").write_text(f"[relaunch] node{k}: worker failed\n")
+    got: list = []
+    with running_service(tmp_path, extra_args=("--node-wait", "1")) as svc:
+        client = HttpClient(got.append, lambda _w: None, endpoint=svc.endpoint)
+        try:
+            with svc.client() as c:
+                for k in (0, 1):
+                    body = {"log_path": str(job / f"cycle_0.node{k}.log"), "nodes": 2}
+                    r = c.post(f"/v1/jobs/late/cycles/0/nodes/node{k}", json=body)
+                    assert r.status_code == 200, r.text
+                r = c.post("/v1/jobs/late/cycles/0/nodes/node0/end", json={"outcome": "failed"})
+                assert r.status_code == 200, r.text
+                first = client._analyze_nodes("late", 0)  # what the launcher acted on
+                assert first.raw["verdict"]["cycle_nodes"]["missing"] == ["node1"]
+                assert client.check_redecided() == []  # nothing new yet
+                r = c.post("/v1/jobs/late/cycles/0/nodes/node1/end", json={"outcome": "failed"})
+                assert r.status_code == 200, r.text
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:  # the re-decision is stored (an event)
+                    v = c.get("/v1/jobs/late/cycles/0/nodes").json().get("verdict") or {}
+                    if v.get("cycle_nodes", {}).get("missing") == []:
+                        break
+                    time.sleep(0.1)
+            pushed = client.check_redecided()
+            assert len(pushed) == 1 and pushed[0].redecided and got == pushed
+            nodes = pushed[0].raw["verdict"]["cycle_nodes"]
+            assert nodes["missing"] == [] and nodes["previous"] is not None
+            assert client.check_redecided() == []  # pushed once
+        finally:
+            client.close()
