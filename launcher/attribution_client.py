@@ -700,18 +700,27 @@ class HttpClient(AttributionClient):
             return
         if not paths:
             return
-        with contextlib.ExitStack() as stack:
-            files = [
-                ("files", (p.name, stack.enter_context(open(p, "rb")), "application/octet-stream"))
-                for p in paths
-            ]
-            resp = self._http.post(
-                self._nodes_url(job_id, cycle, f"/{node_id}/fr"),
-                files=files,
-                # multipart is CORS-safelisted: say it is not a browser's form post
-                headers={"X-Relaunch-Client": "relaunch-launcher"},
-                timeout=max(self._http.timeout.read or 5.0, 60.0),
+        try:
+            with contextlib.ExitStack() as stack:
+                files = [
+                    (
+                        "files",
+                        (p.name, stack.enter_context(open(p, "rb")), "application/octet-stream"),
+                    )
+                    for p in paths
+                ]
+                resp = self._http.post(
+                    self._nodes_url(job_id, cycle, f"/{node_id}/fr"),
+                    files=files,
+                    # multipart is CORS-safelisted: say it is not a browser's form post
+                    headers={"X-Relaunch-Client": "relaunch-launcher"},
+                    timeout=max(self._http.timeout.read or 5.0, 60.0),
+                )
+        except (OSError, httpx.HTTPError) as exc:  # the node's end is reported all the same
+            self.on_warning(
+                f"flight recorder dumps of cycle {cycle} not sent to {self.endpoint}: {exc}"
             )
+            return
         if resp.status_code >= 400:
             self.on_warning(
                 f"attribution endpoint {self.endpoint} refused the Flight Recorder dumps of "

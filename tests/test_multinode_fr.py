@@ -120,3 +120,24 @@ def test_node_dump_upload_bad_inputs(tmp_path: Path) -> None:
         assert folder.name.startswith("node1-")
         assert sorted(p.name for p in folder.iterdir()) == ["evil", "rank_2"]
         assert c.get("/v1/jobs/up/cycles/0/nodes").json()["status"] == "waiting"
+
+
+def test_a_dump_upload_that_cannot_reach_the_service_is_one_warning(tmp_path: Path) -> None:
+    """The launcher's side: dumps that cannot be sent (nothing listens) give one warning and
+    no exception, so the node's end is still reported after it."""
+    from relaunch.launcher.attribution_client import HttpClient
+
+    where = tmp_path / "fr"
+    where.mkdir()
+    (where / "rank_0").write_bytes(b"dump")
+    (where / "request").touch()
+    warnings: list[str] = []
+    client = HttpClient(
+        lambda _v: None, warnings.append, endpoint=f"http://127.0.0.1:{free_port()}"
+    )
+    try:
+        client._fr_dirs[("j", 0)] = str(where)
+        client._upload_dumps("j", 0, "node0")
+    finally:
+        client.close()
+    assert len(warnings) == 1 and "flight recorder dumps of cycle 0 not sent" in warnings[0]
