@@ -781,17 +781,36 @@ class RelaunchAgent(LocalElasticAgent):
         """A worker that died on a collective timeout wrote its own Flight Recorder dump
         (`launcher.fr_worker`'s exception hook; gloo dumps nothing itself). Before elastic
         closes the survivors, ask them for theirs (bounded): the rank that never entered
-        the collective is among them. This node's workers only."""
+        the collective is among them. On several nodes every node is asked first through
+        the round's store, as for a heartbeat-declared hang, and this node waits (bounded)
+        until the others dumped before any of its workers is closed."""
         if st.fr_done or st.fr_dir is None:
             return
         have = set(fr_dumps.dumped(st.fr_dir, st.ranks))
         if not have:
             return  # no rank dumped on a timeout: a plain crash, nothing to ask
         st.fr_done = True
+        wg = self._worker_group
+        node = wg.group_rank if self.settings.max_nodes > 1 else None  # None: one node
         dead = {st.ranks[i] for i in st.first_failed or () if 0 <= i < len(st.ranks)}
         seen = self._monitor.ranks_seen() if self._monitor is not None else set()
         want = (set(st.ranks) & seen) - (dead - have)  # a dead rank without a dump: none comes
-        got = fr_dumps.request(st.fr_dir, sorted(want | have))
+        try:
+            if node is not None:
+                fr_dumps.ask_nodes(wg.store, f"collective timeout on node {node}")
+            got = fr_dumps.request(st.fr_dir, sorted(want | have))
+            if node is not None:
+                fr_dumps.mark_done(wg.store, node, len(got))
+                world = wg.group_world_size or 1
+                answered = fr_dumps.wait_nodes(wg.store, world)
+                if len(answered) < world:
+                    self._warn(
+                        f"flight recorder: {world - len(answered)} node(s) did not dump "
+                        f"within {fr_dumps.NODES_WAIT_S:g} s"
+                    )
+        except Exception as exc:  # noqa: BLE001 - the store went away: close the workers anyway
+            self._warn(f"flight recorder dumps not collected: {type(exc).__name__}: {exc}")
+            return
         ranks = ",".join(map(str, got)) or "none"
         st.log.event(
             f"flight recorder: rank(s) {','.join(map(str, sorted(have)))} dumped on a "

@@ -5,9 +5,9 @@ whose collective timed out, and the launcher then asks the surviving ranks for t
 it stops them.
 
 Real launcher, 2 real gloo workers: rank 1 stops calling the collectives after the first
-all-reduce (it sleeps, as a rank stuck elsewhere); rank 0's next all-reduce times out after
-the process group's 3 s (the heartbeat timeouts are 600 s: only the collective's timeout can
-end the cycle)."""
+all-reduce on a group with a 3 s timeout (it sleeps, as a rank stuck elsewhere); rank 0's
+next all-reduce on it times out (the heartbeat timeouts are 600 s: only the collective's
+timeout can end the cycle)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ import datetime, os, time
 import torch, torch.distributed as dist
 import relaunch.client  # the launcher's client: heartbeats, dumps on request or timeout
 rank = int(os.environ["RANK"])
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+dist.init_process_group("gloo")  # the default (long) timeout: start-up skew never counts
 t = torch.ones(4)
-dist.all_reduce(t)
+dist.all_reduce(t)  # every rank is up
+short = dist.new_group(timeout=datetime.timedelta(seconds=3))
+dist.all_reduce(t, group=short)
 if rank == 1:
     time.sleep(600)  # never enters the next collective
-dist.all_reduce(t)  # rank 0: gloo raises "Timed out waiting 3000ms for recv operation"
+dist.all_reduce(t, group=short)  # gloo: "Timed out waiting 3000ms for recv operation"
 """
 
 
