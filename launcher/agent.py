@@ -75,10 +75,10 @@ EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.pr
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
 
 EMBEDDED_MULTINODE = (
-    "--ft-attribution-endpoint embedded analyses one node's log only; a job of several "
-    "nodes needs one verdict over all of them: run `relaunch serve --allowed-root LOG_DIR` "
-    "and give every node --ft-attribution-endpoint http://HOST:8570 (or use off); "
-    "no worker was started"
+    "--ft-attribution-endpoint embedded analyses one node's log only; a job that may run on "
+    "several nodes (--nnodes {nnodes}) needs one verdict over all of them: run "
+    "`relaunch serve --allowed-root LOG_DIR` and give every node "
+    "--ft-attribution-endpoint http://HOST:8570 (or use off); no worker was started"
 )
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
@@ -268,7 +268,6 @@ class RelaunchAgent(LocalElasticAgent):
                 settings.job_dir, settings.rdzv_endpoint, settings.local_addr or None
             )
         self._cycle_no = -1
-        self._round_nodes: dict[int, int] = {}  # cycle -> nodes of its rendezvous round
         self._resume: tuple[int, str] | None = None  # (step, path) of the newest checkpoint
         self._last_node: int | None = None  # this launcher's node number in the last cycle
         self._state: _CycleState | None = None
@@ -388,28 +387,13 @@ class RelaunchAgent(LocalElasticAgent):
         line = f"verdict cycle={v.cycle} decision={v.decision}{rule} source={v.source}: {v.reason}"
         self.say(line)
         self._event(line)
-        nodes = self._round_nodes.get(v.cycle, 1)
-        # an elastic (--nnodes MIN:MAX) job running embedded: this node's engine read only its
-        # own log of a multi-node round, and one node must not end the job alone
-        one_node_of_many = v.source.startswith("embedded") and nodes > 1
-        if v.decision == "STOP" and (
-            one_node_of_many or self.settings.ft_attribution_stop_action == "log"
-        ):
+        if v.decision == "STOP" and self.settings.ft_attribution_stop_action == "log":
             self.recorded_stops.append(v)
-            why = (
-                f": the embedded engine read this node's log of a {nodes}-node round, and one "
-                "node does not end a multi-node job alone; for one verdict over every node run "
-                "`relaunch serve --allowed-root LOG_DIR` and give every node "
-                "--ft-attribution-endpoint http://HOST:8570"
-                if one_node_of_many
-                else " (--ft-attribution-stop-action log); the job goes on. "
-                "--ft-attribution-stop-action no-restart acts on it"
-            )
             self.say(
-                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only{why} ***"
+                f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only "
+                "(--ft-attribution-stop-action log); the job goes on. "
+                "--ft-attribution-stop-action no-restart acts on it ***"
             )
-            if one_node_of_many:
-                return
         if (
             v.decision == "STOP"
             and self.settings.ft_attribution_stop_action == "no-restart"
@@ -437,7 +421,6 @@ class RelaunchAgent(LocalElasticAgent):
         self._cycles_started += 1
         cycle, node = self._cycle_no, self._node(worker_group)
         self._last_node = node
-        self._round_nodes[cycle] = worker_group.group_world_size or 1
         job_dir = self.settings.job_dir
         log_path = str((job_dir / cycle_log_name(cycle, node)).resolve())
         sink: LineSink = self._cycle_sink(worker_group, log_path, cycle, node)
@@ -788,10 +771,51 @@ class RelaunchAgent(LocalElasticAgent):
             if st.first_failed is None:
                 st.first_failed = set(getattr(pc, "_failures", {}).keys())
                 st.first_failed_at = time.monotonic()
+                self._dumps_on_timeout(st)  # before any survivor is closed
             # torch annotates `timeout: int` but uses it as seconds in float arithmetic
             original(death_sig, timeout_s if timeout is None else timeout)  # type: ignore[arg-type]
 
         pc.close = close  # type: ignore[method-assign]
+
+    def _dumps_on_timeout(self, st: _CycleState) -> None:
+        """A worker that died on a collective timeout wrote its own Flight Recorder dump
+        (`launcher.fr_worker`'s exception hook; gloo dumps nothing itself). Before elastic
+        closes the survivors, ask them for theirs (bounded): the rank that never entered
+        the collective is among them. On several nodes every node is asked first through
+        the round's store, as for a heartbeat-declared hang, and this node waits (bounded)
+        until the others dumped before any of its workers is closed."""
+        if st.fr_done or st.fr_dir is None:
+            return
+        have = set(fr_dumps.dumped(st.fr_dir, st.ranks))
+        if not have:
+            return  # no rank dumped on a timeout: a plain crash, nothing to ask
+        st.fr_done = True
+        wg = self._worker_group
+        node = wg.group_rank if self.settings.max_nodes > 1 else None  # None: one node
+        dead = {st.ranks[i] for i in st.first_failed or () if 0 <= i < len(st.ranks)}
+        seen = self._monitor.ranks_seen() if self._monitor is not None else set()
+        want = (set(st.ranks) & seen) - (dead - have)  # a dead rank without a dump: none comes
+        try:
+            if node is not None:
+                fr_dumps.ask_nodes(wg.store, f"collective timeout on node {node}")
+            got = fr_dumps.request(st.fr_dir, sorted(want | have))
+            if node is not None:
+                fr_dumps.mark_done(wg.store, node, len(got))
+                world = wg.group_world_size or 1
+                answered = fr_dumps.wait_nodes(wg.store, world)
+                if len(answered) < world:
+                    self._warn(
+                        f"flight recorder: {world - len(answered)} node(s) did not dump "
+                        f"within {fr_dumps.NODES_WAIT_S:g} s"
+                    )
+        except Exception as exc:  # noqa: BLE001 - the store went away: close the workers anyway
+            self._warn(f"flight recorder dumps not collected: {type(exc).__name__}: {exc}")
+            return
+        ranks = ",".join(map(str, got)) or "none"
+        st.log.event(
+            f"flight recorder: rank(s) {','.join(map(str, sorted(have)))} dumped on a "
+            f"collective timeout; dumps of ranks {ranks} in {st.fr_dir}"
+        )
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         self._check_signal()
@@ -1158,8 +1182,10 @@ def funnel_sink_factory(address: str) -> Any:
 
 def refusal(settings: RunSettings) -> str | None:
     """Why this job is refused before anything starts (one line), or None."""
-    if settings.min_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
-        return EMBEDDED_MULTINODE
+    # fixed (--nnodes N) or elastic (--nnodes MIN:MAX) alike: any round may have several
+    # nodes, and one node's embedded engine must neither judge nor end the job alone
+    if settings.max_nodes > 1 and settings.ft_attribution_endpoint == "embedded":
+        return EMBEDDED_MULTINODE.format(nnodes=settings.nnodes)
     return None
 
 

@@ -32,12 +32,14 @@ import dataclasses
 import os
 import queue
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -64,6 +66,7 @@ class VerdictInfo:
 
 GATE_MAX_S = 10.0  # longest the analysis waits for a (re)start in progress
 WRITE_BUDGET_S = 30.0  # a history write (register, end, health): the database may be busy
+MAX_DUMP_UPLOAD = 256 << 20  # a larger file in the dump folder is not a dump: not sent
 OPEN_BUDGET_S = 120.0  # opening and migrating the embedded database
 ANALYSIS_BASE_S = 30.0  # an analysis: this, plus its log at ANALYSIS_BYTES_PER_S
 LEASE_RENEW_S = 5.0  # longest time between two lease renewals (the service may ask for less)
@@ -536,6 +539,9 @@ class HttpClient(AttributionClient):
         self._warned_register: set[str] = set()
         self._lease: tuple[str, str] | None = None  # (job, node) renewed while running
         self._lease_stop = threading.Event()
+        # multi-node cycles decided without some nodes' logs: (job, cycle) -> the nodes
+        # missing then; a re-decision (a late node's log) is pushed to this launcher
+        self._partial: dict[tuple[str, int], tuple[str, ...]] = {}
         super().__init__(on_verdict, on_warning)
 
     def _post(self, job_id: str, cycle: int, log_path: str, intent: str) -> None:
@@ -568,14 +574,13 @@ class HttpClient(AttributionClient):
         multi = self._multi(job_id, cycle)
         try:
             if multi is not None:  # one log per node, the cycle analysed over all of them
-                with self._cond:
-                    fr_dir = self._fr_dirs.get((job_id, cycle))
+                # no fr_dir: this node uploads its dumps before its end (`_upload_dumps`), so
+                # they reach the service without a log dir it shares with every node
                 body = {
                     "log_path": log_path,
                     "nodes": multi[1],
                     "group_rank": node,
                     "host": socket.gethostname(),
-                    "fr_dir": fr_dir,
                 }
                 resp = self._http.post(self._nodes_url(job_id, cycle, f"/{multi[0]}"), json=body)
                 if resp.status_code >= 400:
@@ -603,9 +608,11 @@ class HttpClient(AttributionClient):
                 raise RuntimeError(str(data.get("error") or "analysis failed"))
             verdict = data.get("verdict")
             if data.get("status") == "completed" and isinstance(verdict, dict):
-                info = _from_verdict_dict(cycle, verdict, "http")
-                decision = "STOP" if str(info.decision).upper() == "STOP" else "RESTART"
-                return dataclasses.replace(info, decision=decision, raw=data)
+                missing = _missing_nodes(verdict)
+                if missing:
+                    with self._cond:
+                        self._partial[(job_id, cycle)] = missing
+                return _nodes_verdict(cycle, verdict, data)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no verdict after {self.verdict_timeout:.0f} s")
             time.sleep(self.poll_interval)
@@ -665,6 +672,7 @@ class HttpClient(AttributionClient):
             raise EndpointRefused("POST cycle end", resp.status_code, resp.text)
         multi = self._multi(job_id, cycle)
         if multi is not None:  # this node's log is complete: the service may analyse
+            self._upload_dumps(job_id, cycle, multi[0])  # first: the analysis joins them
             resp = self._http.post(
                 self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
                 json={"outcome": outcome, "analyse": self._analyse.get((job_id, cycle), True)},
@@ -672,6 +680,52 @@ class HttpClient(AttributionClient):
             )
             if resp.status_code >= 400:
                 raise EndpointRefused("POST node end", resp.status_code, resp.text)
+
+    def _upload_dumps(self, job_id: str, cycle: int, node_id: str) -> None:
+        """Send this node's Flight Recorder dumps of the cycle (`rank_<R>` in its dump
+        folder, regular files only, each at most MAX_DUMP_UPLOAD bytes) to the service. A
+        refused or failed upload is a warning: the logs are analysed without them."""
+        with self._cond:
+            fr_dir = self._fr_dirs.get((job_id, cycle))
+        if fr_dir is None:
+            return
+        paths = []
+        try:
+            for p in sorted(Path(fr_dir).iterdir()):
+                st = p.lstat()
+                regular = stat.S_ISREG(st.st_mode)
+                if p.name.startswith("rank_") and regular and st.st_size <= MAX_DUMP_UPLOAD:
+                    paths.append(p)
+        except OSError:
+            return
+        if not paths:
+            return
+        try:
+            with contextlib.ExitStack() as stack:
+                files = [
+                    (
+                        "files",
+                        (p.name, stack.enter_context(open(p, "rb")), "application/octet-stream"),
+                    )
+                    for p in paths
+                ]
+                resp = self._http.post(
+                    self._nodes_url(job_id, cycle, f"/{node_id}/fr"),
+                    files=files,
+                    # multipart is CORS-safelisted: say it is not a browser's form post
+                    headers={"X-Relaunch-Client": "relaunch-launcher"},
+                    timeout=max(self._http.timeout.read or 5.0, 60.0),
+                )
+        except (OSError, httpx.HTTPError) as exc:  # the node's end is reported all the same
+            self.on_warning(
+                f"flight recorder dumps of cycle {cycle} not sent to {self.endpoint}: {exc}"
+            )
+            return
+        if resp.status_code >= 400:
+            self.on_warning(
+                f"attribution endpoint {self.endpoint} refused the Flight Recorder dumps of "
+                f"cycle {cycle}: {resp.status_code} {resp.text[:200]}"
+            )
 
     def _end_job(self, job_id: str, state: str, exit_code: int, reason: str | None) -> None:
         from urllib.parse import quote
@@ -719,7 +773,38 @@ class HttpClient(AttributionClient):
                 every = min(LEASE_RENEW_S, self._lease_call())
             except Exception:  # noqa: BLE001 - the service is down: try again; it marks nothing meanwhile
                 every = LEASE_RENEW_S
+            self.check_redecided()
             self._lease_stop.wait(every)
+
+    def check_redecided(self) -> list[VerdictInfo]:
+        """Ask again about the multi-node cycles decided without some nodes' logs (at each
+        lease renewal while the job runs); a cycle the service decided again with more
+        nodes' logs is pushed to `on_verdict` with `redecided=True` (the agent acts on it
+        like a re-decision after a node-health report). Returns what was pushed."""
+        with self._cond:
+            partial = dict(self._partial)
+        pushed: list[VerdictInfo] = []
+        for (job_id, cycle), missing in partial.items():
+            try:
+                resp = self._http.get(self._nodes_url(job_id, cycle))
+                data = resp.json() if resp.status_code < 400 else {}
+            except Exception:  # noqa: BLE001 - the service is away: ask at the next renewal
+                continue
+            verdict = data.get("verdict") if data.get("status") == "completed" else None
+            if not isinstance(verdict, dict):
+                continue
+            now = _missing_nodes(verdict)
+            if now == missing:
+                continue  # not decided again yet
+            with self._cond:
+                if now:
+                    self._partial[(job_id, cycle)] = now
+                else:
+                    self._partial.pop((job_id, cycle), None)
+            info = dataclasses.replace(_nodes_verdict(cycle, verdict, data), redecided=True)
+            pushed.append(info)
+            self.on_verdict(info)
+        return pushed
 
     def close(self) -> bool:
         done = super().close()
@@ -729,6 +814,19 @@ class HttpClient(AttributionClient):
                 self._lease_call(release=True)
         self._http.close()
         return done
+
+
+def _missing_nodes(verdict: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes a multi-node verdict was decided without (`cycle_nodes.missing`)."""
+    nodes = verdict.get("cycle_nodes")
+    missing = nodes.get("missing") if isinstance(nodes, dict) else None
+    return tuple(str(m) for m in missing) if isinstance(missing, list) else ()
+
+
+def _nodes_verdict(cycle: int, verdict: dict[str, Any], data: dict[str, Any]) -> VerdictInfo:
+    info = _from_verdict_dict(cycle, verdict, "http")
+    decision = "STOP" if str(info.decision).upper() == "STOP" else "RESTART"
+    return dataclasses.replace(info, decision=decision, raw=data)
 
 
 def make_client(

@@ -563,28 +563,35 @@ def _verdict_sink_agent():  # type: ignore[no-untyped-def]
     agent._out, agent._out_lock = io.StringIO(), threading.Lock()
     agent._state, agent._state_lock, agent._late_lines = None, threading.RLock(), []
     agent.verdicts, agent.stop_verdict, agent._stop_applied = {}, None, False
-    agent._round_nodes, agent.recorded_stops = {}, []
+    agent.recorded_stops = []
     return agent
 
 
-def test_an_embedded_stop_of_a_multi_node_round_is_recorded_not_acted_on() -> None:
-    """Elastic `--nnodes 1:N` may run embedded; when a round has several nodes, each node's
-    engine saw its own log only, so its STOP must not end one node (issue 23: one decision)."""
-    agent = _verdict_sink_agent()
-    agent._round_nodes = {0: 1, 1: 3}
-    alone = VerdictInfo(0, "STOP", "bug", "stop.startup_recurrence", "embedded")
-    agent._on_verdict(alone)
-    assert agent.stop_verdict is alone  # a one-node round: acted on as before
-    agent.stop_verdict = None
-    for source in ("embedded", "embedded+llm"):
-        agent._on_verdict(VerdictInfo(1, "STOP", "bug", "stop.startup_recurrence", source))
-        assert agent.stop_verdict is None
-    assert len(agent.recorded_stops) == 2
-    said = agent._out.getvalue()
-    assert "recorded only: the embedded engine read this node's log of a 3-node round" in said
-    served = VerdictInfo(1, "STOP", "bug", "stop.startup_recurrence", "http")
-    agent._on_verdict(served)  # the service's verdict over every node's log is acted on
-    assert agent.stop_verdict is served
+@pytest.mark.parametrize(
+    ("nnodes", "endpoint", "refused"),
+    [
+        ("2", "embedded", True),
+        ("1:3", "embedded", True),  # elastic: a round may have several nodes (issue 23)
+        ("1:3", "off", False),  # no analysis: nothing to judge alone
+        ("1:3", "http://127.0.0.1:8570", False),  # one service judges every node
+        ("1", "embedded", False),
+        ("1:1", "embedded", False),  # elastic on one node at most
+    ],
+)
+def test_embedded_analysis_of_a_job_that_may_span_nodes_is_refused(
+    nnodes: str, endpoint: str, refused: bool
+) -> None:
+    from relaunch.launcher.agent import refusal
+
+    s = config.resolve(
+        {"nnodes": nnodes, "rdzv_endpoint": "127.0.0.1:29999", "ft_attribution_endpoint": endpoint}
+    )
+    why = refusal(s)
+    if not refused:
+        assert why is None
+        return
+    assert why is not None and "\n" not in why
+    assert f"(--nnodes {nnodes})" in why and "relaunch serve" in why and "or use off" in why
 
 
 def test_a_re_decided_restart_withdraws_a_stop_not_yet_applied() -> None:

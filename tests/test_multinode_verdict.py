@@ -6,7 +6,8 @@ loopback reporting to one real `relaunch serve`.
   launcher exits 3 with the same reason; the stored verdict of the deciding cycle blames
   rank 3 on node1 with fan_out.ranks_seen == 6, and the cycle lists its 3 node logs.
 - A SIGKILLed launcher: its job reads `lost` (not `running`) once its lease expired.
-- A fixed multi-node job with the embedded engine is refused with a one-line error.
+- A job that may span nodes (fixed or elastic) with the embedded engine is refused on
+  every node with a one-line error.
 """
 
 from __future__ import annotations
@@ -172,13 +173,77 @@ def _wait_state(c, want: str, limit_s: float) -> str:
     return state
 
 
-def test_embedded_multinode_is_refused_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("nnodes", ["3", "1:3"])
+def test_embedded_multinode_is_refused_with_one_line_on_every_node(
+    tmp_path: Path, nnodes: str
+) -> None:
+    """Fixed (`3`) and elastic (`1:3`) alike: with the embedded engine a round may hold
+    several nodes whose own engines would each judge (and end) the job on one node's log, so
+    every launcher refuses before anything starts: exit 2, one line saying what to run
+    instead, no worker, no cycle log (the launchers start in the order 2, 0, 1)."""
     script = tmp_path / "sleep.py"
     script.write_text(SLEEPER)
-    proc = _launcher(
-        tmp_path, "embedded", script, "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"
-    )
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 2
-    lines = [x for x in out.decode().splitlines() if x.strip()]
-    assert len(lines) == 1 and "relaunch serve" in lines[0], lines
+    port = free_port()
+    nodes: list = []
+    try:
+        for i in (2, 0, 1):
+            nodes.append(
+                start_node(
+                    tmp_path, f"n{i}", port, nnodes, group_rank=i, worker=script, job="emb",
+                    extra=("--ft-attribution-endpoint", "embedded"),
+                )
+            )  # fmt: skip
+        codes = [n.wait(timeout=120) for n in nodes]
+    finally:
+        stop_all(nodes)
+    texts = [n.text() for n in nodes]
+    assert codes == [2, 2, 2], texts
+    for text in texts:
+        lines = [x for x in text.splitlines() if x.strip()]
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("relaunch: error: --ft-attribution-endpoint embedded")
+        assert f"(--nnodes {nnodes})" in lines[0] and "relaunch serve" in lines[0]
+    assert not (tmp_path / "worker.pid").exists()
+    assert not list((tmp_path / "logs").glob("emb/cycle_*"))
+
+
+def test_a_re_decided_cycle_is_pushed_to_a_running_launcher(tmp_path: Path) -> None:
+    """A cycle decided without node1 (it had not ended when `--node-wait` passed) is decided
+    again when node1's end arrives; the launcher's HTTP client, still running, learns it at
+    its next lease renewal (`check_redecided`, called here directly instead of waiting for
+    the renewal thread) as a verdict with `redecided=True`, once. Real service, real client."""
+    from relaunch.launcher.attribution_client import HttpClient
+
+    job = tmp_path / "logs" / "late"
+    job.mkdir(parents=True)
+    for k in (0, 1):
+        (job / f"cycle_0.node{k}.log").write_text(f"[relaunch] node{k}: worker failed\n")
+    got: list = []
+    with running_service(tmp_path, extra_args=("--node-wait", "1")) as svc:
+        client = HttpClient(got.append, lambda _w: None, endpoint=svc.endpoint)
+        try:
+            with svc.client() as c:
+                for k in (0, 1):
+                    body = {"log_path": str(job / f"cycle_0.node{k}.log"), "nodes": 2}
+                    r = c.post(f"/v1/jobs/late/cycles/0/nodes/node{k}", json=body)
+                    assert r.status_code == 200, r.text
+                r = c.post("/v1/jobs/late/cycles/0/nodes/node0/end", json={"outcome": "failed"})
+                assert r.status_code == 200, r.text
+                first = client._analyze_nodes("late", 0)  # what the launcher acted on
+                assert first.raw["verdict"]["cycle_nodes"]["missing"] == ["node1"]
+                assert client.check_redecided() == []  # nothing new yet
+                r = c.post("/v1/jobs/late/cycles/0/nodes/node1/end", json={"outcome": "failed"})
+                assert r.status_code == 200, r.text
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:  # the re-decision is stored (an event)
+                    v = c.get("/v1/jobs/late/cycles/0/nodes").json().get("verdict") or {}
+                    if v.get("cycle_nodes", {}).get("missing") == []:
+                        break
+                    time.sleep(0.1)
+            pushed = client.check_redecided()
+            assert len(pushed) == 1 and pushed[0].redecided and got == pushed
+            nodes = pushed[0].raw["verdict"]["cycle_nodes"]
+            assert nodes["missing"] == [] and nodes["previous"] is not None
+            assert client.check_redecided() == []  # pushed once
+        finally:
+            client.close()

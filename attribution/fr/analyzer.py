@@ -304,6 +304,8 @@ def _analyze_group(
         else:
             waiters[r] = (w, op, [], "in flight")
     if not waiters and not stuck_alone:
+        waiters = _gave_up(members, known)
+    if not waiters and not stuck_alone:
         return None
     genuine = {r: v for r, v in waiters.items() if v[2]}
     if genuine:
@@ -349,6 +351,37 @@ def _analyze_group(
         "_edges": {r: v[2] for r, v in genuine.items()},
         "_stuck": sorted(stuck_alone),
     }
+
+
+def _gave_up(
+    members: tuple[int, ...], known: dict[int, GroupState]
+) -> dict[int, tuple[int, Op | None, list[int], str]]:
+    """Members that *completed* a collective another member never enqueued: such a
+    completion can only be a failure (gloo marks an op that timed out completed and raises
+    in the worker; its dump, taken then, shows nothing pending). Each is a waiter at the
+    first op a lagging member never reached; the lagging members are its targets. Asked
+    only when the group shows no other stall; a member without a dump is never a target
+    here (a missing dump alone proves nothing about a completed op)."""
+    out: dict[int, tuple[int, Op | None, list[int], str]] = {}
+    for r, gs in known.items():
+        for ch, c_r in gs.completed.items():
+            if c_r < 0:
+                continue
+            lag: dict[int, int] = {}
+            for q, qs in known.items():
+                e_q = _frontier(qs, qs.enqueued, ch)
+                if q != r and e_q is not None and e_q < c_r:
+                    lag[q] = e_q
+            if not lag:
+                continue
+            w = min(lag.values()) + 1
+            op = _op_at(gs, (ch, w))
+            if _peers(op, r, members):
+                continue  # a send/recv: only its peer counts, and the peer is not lagging here
+            targets = sorted(q for q, e in lag.items() if e < w)
+            if r not in out or w < out[r][0]:
+                out[r] = (w, op, targets, "never reached (a peer's op failed)")
+    return out
 
 
 def analyze(ds: DumpSet) -> dict[str, Any]:

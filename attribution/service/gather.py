@@ -60,6 +60,7 @@ class CycleGather:
         opener: Any,
         *,
         node_wait_s: float = 60.0,
+        data_dir: str | Path | None = None,
     ) -> None:
         self.repo = repo
         self.engine = engine
@@ -67,6 +68,7 @@ class CycleGather:
         self.allowed_roots = allowed_roots
         self.opener = opener
         self.node_wait_s = node_wait_s
+        self.data_dir = data_dir  # where nodes' uploaded Flight Recorder dumps are stored
         self._cycles: dict[tuple[str, int], _Gather] = {}
         self._lock = threading.Lock()
 
@@ -230,32 +232,48 @@ class CycleGather:
                 self._start(key, g)
 
     def _flight_recorder(self, job_id: str, cycle: int, dirs: list[str]) -> None:
-        """Analyse the Flight Recorder dumps the nodes' launchers collected for the cycle
-        (their folders, re-checked inside the allowed roots; the restricted reader and
-        its size bounds apply) and store the findings: the analysis uses their culprits."""
+        """Analyse the Flight Recorder dumps of the cycle: those the nodes' launchers
+        uploaded (`POST .../nodes/{node}/fr`, in the service's data dir) and those in the
+        folders they registered (re-checked inside the allowed roots). The restricted reader
+        and its size bounds apply to both; the findings are stored and the analysis uses
+        their culprits."""
         from relaunch.attribution import fr as fr_mod
         from relaunch.attribution.fr.reader import MAX_DUMP_BYTES
+        from relaunch.attribution.service import fr_uploads
         from relaunch.attribution.service.confined import open_confined
         from relaunch.restart_agent.safe_files import read_fd_bounded
 
+        def own(path: str) -> int:  # a file the service wrote: never through a link
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+
+        def confined(path: str) -> int:
+            return open_confined(path, self.allowed_roots)
+
+        sources: list[tuple[Path, Any]] = []
+        if self.data_dir is not None:
+            sources += [(d, own) for d in fr_uploads.node_dirs(self.data_dir, job_id, cycle)]
+        for d in dirs:
+            try:
+                sources.append((confine_dir(d, self.allowed_roots, must_exist=True), confined))
+            except (ApiError, OSError):
+                continue  # gone, or a link out of the roots
         with tempfile.TemporaryDirectory(prefix="relaunch-fr-") as copy:
-            # each dump is opened from an allowed root without following any symlink (a
-            # folder swapped for a link after the check is refused) and copied, bounded,
-            # into a folder of the service's own, which the reader then reads
+            # each dump is opened without following any symlink (a folder swapped for a link
+            # after the check is refused) and copied, bounded, into a folder of the
+            # service's own, which the reader then reads
             copied = 0
-            for d in dirs:
+            for where, opener in sources:
                 try:
-                    where = confine_dir(d, self.allowed_roots, must_exist=True)
                     names = sorted(p.name for p in where.iterdir() if p.name.startswith("rank_"))
-                except (ApiError, OSError):
-                    continue  # gone, or a link out of the roots
+                except OSError:
+                    continue
                 for name in names:
                     target = Path(copy) / name
                     if target.exists():
                         continue  # the same rank's dump from two folders: the first counts
                     try:
-                        fd = open_confined(str(where / name), self.allowed_roots)
-                    except ApiError:
+                        fd = opener(str(where / name))
+                    except (ApiError, OSError):
                         continue
                     try:
                         target.write_bytes(read_fd_bounded(fd, MAX_DUMP_BYTES, name))

@@ -3,6 +3,9 @@
 - `POST /v1/jobs/{job}/cycles/{n}/nodes/{node}` `{log_path, nodes, group_rank, host}`:
   `node`'s log of the cycle (409 `conflict` when another path is stored for it).
 - `POST /v1/jobs/{job}/cycles/{n}/nodes/{node}/end` `{outcome}`: `node`'s part ended.
+- `POST /v1/jobs/{job}/cycles/{n}/nodes/{node}/fr` (multipart `files`): `node`'s Flight
+  Recorder dumps of the cycle, stored in the service's data dir (a fresh folder per upload),
+  read with the other nodes' dumps when the cycle is analysed: no shared log dir needed.
 - `GET /v1/jobs/{job}/cycles/{n}/nodes`: the node logs and the one verdict of the cycle
   (`status`: waiting | pending | completed | failed).
 - `POST /v1/jobs/{job}/lease` `{node, host, cycle, release}`: renew (or release) a
@@ -12,11 +15,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, File, UploadFile
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+from relaunch.attribution.service import fr_uploads
 from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
 from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError
 from relaunch.storage import node_logs
@@ -89,6 +93,31 @@ async def end_node_log(
     return await asyncio.to_thread(
         st.gather.end, job_id, cycle, _node(node), body.outcome, analyse=body.analyse
     )
+
+
+@router.post("/jobs/{job_id}/cycles/{cycle}/nodes/{node}/fr")
+async def upload_node_fr(
+    job_id: JobId,
+    cycle: CycleNo,
+    node: str,
+    st: StateDep,
+    files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
+) -> dict[str, Any]:
+    """Store `node`'s Flight Recorder dumps of the cycle for the analysis over all nodes
+    (the node must have registered its log; the dumps are read, bounded, at analysis)."""
+    who = _node(node)
+    if not files or len(files) > fr_uploads.MAX_FR_FILES:
+        raise ApiError("invalid_parameter", f"send 1 to {fr_uploads.MAX_FR_FILES} dump files")
+    logs = await asyncio.to_thread(node_logs.node_logs, st.repo, job_id, cycle)
+    if not any(r.node == who for r in logs):
+        raise ApiError("not_found", f"job {job_id} cycle {cycle}: node {who} registered no log")
+    assert st.settings.data_dir is not None
+    dest = fr_uploads.node_upload_dir(st.settings.data_dir, job_id, cycle, who)
+    try:
+        paths = await fr_uploads.save(files, dest)
+    except (ValueError, OSError) as exc:  # save removed the folder
+        raise ApiError("invalid_parameter", f"not usable Flight Recorder dumps: {exc}") from None
+    return {"job_id": job_id, "cycle": cycle, "node": who, "files": [p.name for p in paths]}
 
 
 @router.get("/jobs/{job_id}/cycles/{cycle}/nodes")

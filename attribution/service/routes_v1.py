@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -20,6 +19,7 @@ from starlette.requests import ClientDisconnect
 
 from relaunch.attribution.core.engine import records_node_health
 from relaunch.attribution.core.files import safe_name
+from relaunch.attribution.service import fr_uploads
 from relaunch.attribution.service.deps import CycleNo, JobId, StateDep
 from relaunch.attribution.service.errors import ERROR_RESPONSES, ApiError, storage_refusal
 from relaunch.attribution.service.routes_nvrx import still_running, wait_future
@@ -34,8 +34,8 @@ from relaunch.attribution.service.tracker import TrackedLog
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
-UPLOAD_CHUNK = 1 << 20
-MAX_FR_FILES = 8192
+UPLOAD_CHUNK = fr_uploads.UPLOAD_CHUNK
+MAX_FR_FILES = fr_uploads.MAX_FR_FILES
 
 
 def _job(st: ServiceState, job_id: str) -> dict[str, Any]:
@@ -332,23 +332,13 @@ async def upload_fr(
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
     # every upload gets its own directory: a bad upload never overwrites stored dumps
-    base = Path(st.settings.data_dir) / "fr" / safe_name(job_id) / f"cycle_{cycle}"
+    base = fr_uploads.cycle_dir(st.settings.data_dir, job_id, cycle)
     dest_dir = base / f"upload-{time.time_ns()}"
-    await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=False)
-    paths: list[Path] = []
     try:
-        for i, up in enumerate(files):
-            name = os.path.basename(up.filename or "") or f"dump_{i}"
-            name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:128].lstrip(".") or f"dump_{i}"
-            if any(p.name == name for p in paths):
-                name = f"dup{i}-{name}"  # two parts with one name: keep both
-            target = dest_dir / name
-            # a new file in the fresh directory: never follows or reuses anything there
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(target, flags, 0o600), "wb") as out:
-                while chunk := await up.read(UPLOAD_CHUNK):
-                    await asyncio.to_thread(out.write, chunk)
-            paths.append(target)
+        paths = await fr_uploads.save(files, dest_dir)
+    except (ValueError, OSError) as exc:  # save removed the folder
+        raise ApiError("invalid_parameter", f"not usable Flight Recorder dumps: {exc}") from None
+    try:
         from relaunch.attribution import fr as fr_mod
 
         # workers=1: never fork reader processes from inside the service's threads.

@@ -93,6 +93,7 @@ class ServiceState:
             settings.allowed_roots,
             self.open_log,
             node_wait_s=settings.node_wait_s,
+            data_dir=settings.data_dir,
         )
         self._lease_task: asyncio.Task[None] | None = None
         self._logs: OrderedDict[str, TrackedLog] = OrderedDict()  # normalized path -> log
