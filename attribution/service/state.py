@@ -322,8 +322,10 @@ class ServiceState:
         job_id: str | None,
         cycle: int | None,
         intent: str,
+        fact_key: str | None = None,
     ) -> dict[str, Any]:
-        """POST /logs: register (and for `terminal`, start analysing) one cycle log."""
+        """POST /logs: register (and for `terminal`, start analysing) one cycle log.
+        `fact_key`: the launcher's key of the cycle's facts (`attribution.core.fact_keys`)."""
         check_intent(intent)
         path = confine(raw_path, self.settings.allowed_roots, must_exist=intent == "terminal")
         if job_id is None:
@@ -348,6 +350,8 @@ class ServiceState:
                 self.repo.register_cycle(job_id, cycle, str(path))
             elif intent != "track_only":
                 tl.intent = intent
+            if fact_key is not None:
+                self.hand_over_fact_key(job_id, cycle, None, fact_key)
             if intent == "terminal":
                 self.analyze(tl)
         return {
@@ -359,6 +363,17 @@ class ServiceState:
             "mode": "SINGLE",
             "status": tl.status(),
         }
+
+    def hand_over_fact_key(self, job_id: str, cycle: int, node: str | None, text: str) -> None:
+        """Keep a launcher's fact key for the cycle (409 `conflict` for a different one)."""
+        from relaunch.attribution.core.fact_keys import KeyConflict, parse_key
+
+        try:
+            self.engine.fact_keys.add(job_id, cycle, node, parse_key(text))
+        except KeyConflict as exc:
+            raise ApiError("conflict", str(exc)) from None
+        except ValueError as exc:
+            raise ApiError("invalid_parameter", str(exc)) from None
 
     # --- analysis ------------------------------------------------------------------------
     def _check_capacity(self) -> None:
