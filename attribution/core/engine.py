@@ -484,6 +484,7 @@ class AttributionEngine:
         log_identity: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         persist: bool | None = None,
+        facts_checked: bool = False,
     ) -> Verdict:
         """Analyse one cycle log; save and publish the verdict; return it (typed: callers
         serialise with `to_dict()` only where it leaves the process).
@@ -507,9 +508,10 @@ class AttributionEngine:
         Saving a verdict on the job's latest cycle also sets the job's state (STOP ->
         "stopped", RESTART -> "running"; `storage.repository.verdict_job_state`).
         """
-        if self.fact_keys.keys(job_id, cycle) is not None:
+        if self.fact_keys.keys(job_id, cycle) is not None and not facts_checked:
             # the launcher handed over its key: read the facts again under it (an incremental
-            # scan made before the key came trusted them by prefix)
+            # scan made before the key came trusted them by prefix; `facts_checked`: the
+            # caller's `evidence` was scanned under the cycle's keys)
             evidence, log_identity = None, None
         with self.fact_keys.context(job_id, cycle):
             return self._analyze_cycle(

@@ -462,10 +462,12 @@ class ServiceState:
             if hold is not None:
                 hold(tl.job_id)
             t0 = time.perf_counter()
-            with tl.lock:
+            keys = self.engine.fact_keys
+            with tl.lock, keys.context(tl.job_id, tl.cycle):  # a scan made now checks facts
                 evidence, identity = tl.finish()
+                checked = tl.scan_keys == keys.keys(tl.job_id, tl.cycle)
             scan_s = time.perf_counter() - t0
-            verdict = self._decide_and_save(tl, evidence, identity, scan_s)
+            verdict = self._decide_and_save(tl, evidence, identity, scan_s, checked)
             tl.verdict = verdict
             self.analyses += 1
             return verdict
@@ -488,6 +490,7 @@ class ServiceState:
         evidence: Any,
         identity: dict[str, Any],
         scan_s: float,
+        facts_checked: bool = False,
     ) -> dict[str, Any]:
         """The engine's decide/save/notify steps, on evidence that was read incrementally.
 
@@ -499,6 +502,7 @@ class ServiceState:
             str(tl.path),
             evidence=evidence,
             log_identity=identity,
+            facts_checked=facts_checked,
             extra={
                 "incremental": True,
                 "resets": tl.resets,
