@@ -193,3 +193,26 @@ def test_the_service_keeps_one_fact_key_per_node_and_checks_its_form() -> None:
     keys.add("j", 1, None, b)
     keys.add("j", 2, None, b)  # bounded: the oldest cycle is forgotten
     assert keys.keys("j", 0) is None and keys.keys("j", 2) == (b,)
+
+
+def test_the_service_refuses_a_second_fact_key_and_a_malformed_one(service_factory) -> None:
+    """What each bad `fact_key` gets over HTTP: another form 400, a different key for a
+    cycle (or a node of it) that has one 409 `conflict`; the same key again is accepted."""
+    svc = service_factory()
+    log = svc.root / "k" / "cycle_0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello\n")
+    a, b = launcher_facts.cycle_key(0).hex(), launcher_facts.cycle_key(1).hex()
+    body = {"log_path": str(log), "job_id": "k", "cycle_id": 0, "analysis_intent": "track_only"}
+    with svc.client() as c:
+        bad = c.post("/logs", json={**body, "fact_key": a.upper()})
+        assert bad.status_code == 400, bad.text
+        assert c.post("/logs", json={**body, "fact_key": a}).status_code == 200
+        assert c.post("/logs", json={**body, "fact_key": a}).status_code == 200
+        again = c.post("/logs", json={**body, "fact_key": b})
+        assert again.status_code == 409 and "different fact key" in again.text, again.text
+        url = "/v1/jobs/k/cycles/1/nodes/node0"
+        assert c.post(url, json={"log_path": str(log), "nodes": 2}).status_code == 200
+        assert c.post(url + "/end", json={"fact_key": a}).status_code == 200
+        other = c.post(url + "/end", json={"fact_key": b})
+        assert other.status_code == 409, other.text
