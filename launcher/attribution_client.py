@@ -364,12 +364,19 @@ class OffClient(AttributionClient):
         return None
 
 
-def _own_facts() -> Any:
+def _own_facts(cycle: int) -> Any:
     """The context in which the embedded engine trusts only this launcher's signed facts."""
     from relaunch.launcher import facts
     from relaunch.restart_agent.facts import verifying
 
-    return verifying([facts.key()])
+    return verifying([facts.cycle_key(cycle)])
+
+
+def _fact_key(cycle: int) -> str:
+    """The cycle's fact key as handed to a service (hex), at the cycle's end only."""
+    from relaunch.launcher import facts
+
+    return facts.cycle_key(cycle).hex()
 
 
 def _from_verdict(cycle: int, verdict: Verdict, source: str) -> VerdictInfo:
@@ -482,12 +489,12 @@ class EmbeddedClient(AttributionClient):
         return done
 
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
-        with _own_facts():  # only this launcher's signed facts count (launcher.facts)
+        with _own_facts(cycle):  # only this launcher's signed facts count (launcher.facts)
             verdict = self._ready().analyze_cycle(job_id, cycle, log_path)
         return _from_verdict(cycle, verdict, "embedded")
 
     def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
-        with _own_facts():
+        with _own_facts(cycle):
             verdict = self._ready().record_node_health(job_id, cycle, record)
         return None if verdict is None else _from_verdict(cycle, verdict, "embedded")
 
@@ -551,6 +558,8 @@ class HttpClient(AttributionClient):
             "cycle_id": cycle,
             "analysis_intent": intent,
         }
+        if intent == "terminal":  # the cycle ended, its workers are gone: hand over its key
+            body["fact_key"] = _fact_key(cycle)
         resp = self._http.post("/logs", json=body)
         if resp.status_code >= 400:
             raise EndpointRefused("POST /logs", resp.status_code, resp.text)
@@ -675,7 +684,11 @@ class HttpClient(AttributionClient):
             self._upload_dumps(job_id, cycle, multi[0])  # first: the analysis joins them
             resp = self._http.post(
                 self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
-                json={"outcome": outcome, "analyse": self._analyse.get((job_id, cycle), True)},
+                json={
+                    "outcome": outcome,
+                    "analyse": self._analyse.get((job_id, cycle), True),
+                    "fact_key": _fact_key(cycle),  # its workers are gone (module docstring)
+                },
                 timeout=max(self._http.timeout.read or 5.0, 60.0),  # it hashes the log
             )
             if resp.status_code >= 400:

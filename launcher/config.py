@@ -427,6 +427,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PATH",
     ),
     Option(
+        "--ft-insecure-store",
+        "ft_insecure_store",
+        boolean,
+        False,
+        "let a multi-node job run without a job secret (unauthenticated rendezvous store): "
+        "only on a trusted test network",
+        is_flag=True,
+    ),
+    Option(
         "--ft-restart-policy",
         "ft_restart_policy",
         restart_policy,
@@ -505,6 +514,7 @@ class RunSettings:
     infra_rank: int | None = None  # from the scheduler (launcher.rdzv_node), not an option
     segment_id: str | None = None  # this node's NVLink domain (launcher.rdzv_node)
     ft_job_secret_file: str = ""
+    ft_insecure_store: bool = False  # a multi-node job may run without a job secret
     job_secret: bytes | None = None  # the rendezvous store's secret (launcher.rdzv_auth)
     ft_restart_policy: str = "any-failed"
     ft_max_no_progress_restarts: int = field(

@@ -7,17 +7,22 @@ cycle duration). Every fact has `fact` (its kind) and `cycle`; this module only 
 the agent decides what is true.
 
 Workers cannot forge a fact: every line ends with `"mac"`, an HMAC-SHA256 (128 bits) of the
-line's JSON before that field, keyed with `key()`, 32 random bytes made in this process and
-kept only in its memory (never in the environment, a file or a worker's arguments). The
-analysis of the launcher's own logs (`attribution_client`, embedded) runs under
-`restart_agent.facts.verifying([key()])` and trusts only lines whose MAC checks; a line a
-worker appends to the log file, or smuggles in through a value it reports, has no valid MAC.
+line's JSON before that field, keyed with `cycle_key(cycle)`, derived from `key()`, 32 random
+bytes made in this process and kept only in its memory (never in the environment, a file or
+a worker's arguments). The analysis of the launcher's own logs (`attribution_client`,
+embedded) runs under `restart_agent.facts.verifying([cycle_key(cycle)])` and trusts only
+lines whose MAC checks; a line a worker appends to the log file, or smuggles in through a
+value it reports, has no valid MAC. With `relaunch serve` the launcher hands the cycle's
+key to the service at the cycle's end, after its workers are gone
+(`attribution.core.fact_keys`); a key of one cycle signs nothing of another.
 Workers started with `--start-method fork` share the launcher's memory (the default, spawn,
 does not): docs/launcher.md, "Facts channel".
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import secrets
@@ -37,6 +42,12 @@ def key() -> bytes:
     return _KEY
 
 
+def cycle_key(cycle: int) -> bytes:
+    """The key of `cycle`'s fact lines: HMAC-SHA256 of the cycle number under `key()` (handed
+    to the attribution service at the cycle's end; says nothing about another cycle's)."""
+    return hmac.new(_KEY, b"cycle\0%d" % int(cycle), hashlib.sha256).digest()
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: a non-finite float becomes null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -49,7 +60,7 @@ def fact(kind: str, cycle: int, **fields: Any) -> str:
     body = {"fact": kind, "cycle": int(cycle)}
     body.update({k: _clean(v) for k, v in fields.items()})
     text = json.dumps(body, separators=(",", ":"), allow_nan=False, default=str)
-    return FACT_PREFIX + sign(_KEY, text)
+    return FACT_PREFIX + sign(cycle_key(cycle), text)
 
 
 def signal_name(exitcode: int) -> str | None:

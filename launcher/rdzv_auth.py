@@ -9,7 +9,8 @@ reader refuses a value whose signature does not verify (`ForgedValue`).
 The secret comes from, in this order: `--ft-job-secret-file PATH` (first line, at least
 16 bytes), the environment variable `RELAUNCH_JOB_SECRET` (a scheduler sets it for every
 node of the job), or, for a single-node job, 32 random bytes the launcher generates (nobody
-else needs it). A multi-node job without one runs unauthenticated, with a warning.
+else needs it). A multi-node job without one is refused at start (exit 2) unless
+`--ft-insecure-store` lets it run unauthenticated, with a warning.
 The variable is removed from the launcher's environment once read, so its workers (which
 never talk to the rendezvous store) do not inherit it.
 """

@@ -233,7 +233,9 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 store = PrefixStore(
                     f"{self._s.prefix}/{Keys.store_prefix(r)}", self._tcp
                 )  # the round's store for elastic and the workers' bootstrap
-                info = self._workers_store.bootstrap(mine.group_rank, store, self._me.addr)
+                info = self._workers_store.bootstrap(
+                    mine.group_rank, store, self._me.addr, peers=self._peer_addrs(r, result)
+                )
                 self.report(
                     f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
                     f" ({result.size - world} standby)"
@@ -362,6 +364,15 @@ class BarrierRendezvousHandler(RendezvousHandler):
             present = [i for i, k in enumerate(keys) if self._s.exists(k)]
         values = self._s.get_many([keys[i] for i in present])
         return {i: Participant(**json.loads(v)) for i, v in zip(present, values, strict=True)}
+
+    def _peer_addrs(self, r: int, result: Closed) -> list[str] | None:
+        """The addresses of round r's active nodes (their signed descriptors), which alone
+        may reach the workers' store; None (no filter) when the store is not
+        authenticated (no job secret: a descriptor could be anyone's)."""
+        if self._s.secret is None:
+            return None
+        slots = set(result.active_slots())
+        return [p.addr for i, p in self._participants(r).items() if i in slots]
 
     def _beats(self, slots: list[tuple[int, int]]) -> list[str]:
         return self._s.get_many([Keys.heartbeat(r, i) for r, i in slots])

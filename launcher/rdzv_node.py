@@ -178,6 +178,12 @@ def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
         from relaunch.launcher.rdzv_auth import load_secret
 
         s.job_secret = load_secret(s.ft_job_secret_file or None, single_node=s.max_nodes == 1)[0]
+        if s.job_secret is None and not s.ft_insecure_store:
+            raise ValueError(
+                "a multi-node job needs a job secret, the same on every node: "
+                "--ft-job-secret-file PATH or RELAUNCH_JOB_SECRET (at least 16 bytes); "
+                "--ft-insecure-store runs without one (trusted test networks only)"
+            )
     if s.ft_segment is not None:
         if not barrier:
             raise ValueError("--ft-segment needs the barrier rendezvous (--rdzv-backend c10d)")

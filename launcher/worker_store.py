@@ -14,7 +14,9 @@ keys of the one before (torch 2.13's shared store keeps them).
 The server listens on the node's address only (`rdzv_store.bound_listener`: loopback
 for a job on one machine), not on every interface as torch's own server does. It speaks
 torch's native protocol without authentication (the workers' `init_process_group` must
-reach it): see the threat model in docs/launcher.md.
+reach it), so its listening socket carries an accept filter (`launcher.store_filter`):
+only the addresses of the round's nodes, as the authenticated rendezvous admitted them,
+and loopback may connect. See the threat model in docs/launcher.md.
 
 If the server cannot start (its address does not resolve or connect from this host), the
 round falls back to worker rank 0 hosting, with a warning: as before, never worse.
@@ -34,7 +36,8 @@ addresses. Otherwise the per-round store above keeps its own port.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from torch.distributed import Store, TCPStore
@@ -98,8 +101,17 @@ class WorkerStoreHost:
         """The port of the store this launcher hosts now, if any."""
         return None if self._server is None else self._server.port
 
-    def bootstrap(self, group_rank: int, round_store: Store, addr: str) -> RendezvousStoreInfo:
+    def bootstrap(
+        self,
+        group_rank: int,
+        round_store: Store,
+        addr: str,
+        peers: Sequence[str] | None = None,
+    ) -> RendezvousStoreInfo:
         """The MASTER_ADDR/MASTER_PORT of this round, agreed through `round_store`.
+        `peers`: the addresses of the round's nodes (from the authenticated rendezvous):
+        only they and loopback may connect to the store this launcher hosts
+        (`launcher.store_filter`); None: no filter.
 
         Group rank 0 binds the round's server first (when sharing) and publishes its port;
         the others read it. Only global rank 0 (on group rank 0) would ever host, so nodes
@@ -121,6 +133,8 @@ class WorkerStoreHost:
             try:
                 listener = bound_listener(addr, 0)  # this node's address only
                 port = listener.getsockname()[1]
+                if peers is not None:
+                    self._admit_only(listener, peers)
                 self._server = self._server_factory(
                     host_name=addr,
                     port=port,
@@ -139,6 +153,16 @@ class WorkerStoreHost:
                     "worker rank 0 hosts it this round"
                 )
         return RendezvousStoreInfo.build(group_rank, round_store, addr, server_port=server_port)
+
+    def _admit_only(self, listener: socket.socket, peers: Sequence[str]) -> None:
+        """Attach the accept filter; a kernel that refuses it leaves the round unfiltered,
+        with a warning (never a failed round)."""
+        from relaunch.launcher.store_filter import attach
+
+        try:
+            attach(listener, peers)
+        except (OSError, ValueError) as exc:
+            self.warn(f"the workers' store admits any address this round (accept filter: {exc})")
 
     def close(self) -> None:
         """Drop the hosted server: called when this launcher joins the next round (its

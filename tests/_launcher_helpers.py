@@ -19,6 +19,8 @@ def relaunch_env(tmp_path: Path) -> dict[str, str]:
     env["RELAUNCH_HOME"] = str(tmp_path / "home")
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
     env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the launcher's own default applies
+    # a multi-node job refuses to start without a job secret: set it as a scheduler would
+    env.setdefault("RELAUNCH_JOB_SECRET", "relaunch-test-job-secret-0123456789")
     return env
 
 

@@ -17,8 +17,10 @@ def _body(line: str) -> dict:
     assert line.startswith("fact: {")
     text = line[len("fact: ") :]
     assert " " not in text.replace('"sleep 1"', "")  # compact JSON
-    assert verified(text, [facts.key()])  # signed by this launcher process (issue 26)
     body = json.loads(text)
+    # signed by this launcher process with its cycle's key, which signs no other cycle
+    assert verified(text, [facts.cycle_key(body["cycle"])])  # (issue 26)
+    assert not verified(text, [facts.cycle_key(body["cycle"] + 1), facts.key()])
     del body["mac"]
     return body
 

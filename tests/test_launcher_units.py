@@ -375,11 +375,23 @@ def test_bad_yaml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> N
     assert message in str(exc.value)
 
 
-def test_multi_node_needs_endpoint() -> None:
+def test_multi_node_needs_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(config.ConfigError, match="--rdzv-endpoint"):
         config.resolve({"nnodes": "1:2"})
+    monkeypatch.setenv("RELAUNCH_JOB_SECRET", "a-test-secret-of-24-bytes")
     s = config.resolve({"nnodes": "1:2", "rdzv_endpoint": "127.0.0.1:29999"})
     assert (s.min_nodes, s.max_nodes) == (1, 2)
+
+
+def test_multi_node_needs_a_job_secret_unless_insecure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a job secret a multi-node job is refused; `--ft-insecure-store` opts out."""
+    monkeypatch.delenv("RELAUNCH_JOB_SECRET", raising=False)
+    multi = {"nnodes": "2", "rdzv_endpoint": "127.0.0.1:29999"}
+    with pytest.raises(config.ConfigError, match="needs a job secret.*--ft-job-secret-file"):
+        config.resolve(multi)
+    s = config.resolve({**multi, "ft_insecure_store": True})
+    assert s.job_secret is None and s.ft_insecure_store
+    assert config.resolve({"nnodes": "1"}).job_secret is not None  # single node: generated
 
 
 @pytest.mark.parametrize(
@@ -705,7 +717,9 @@ def test_rendezvous_endpoint_from_torchrun_spellings() -> None:
     assert config.resolve({}).rdzv_endpoint == "127.0.0.1:0"
     s = config.resolve({"standalone": True, "master_port": 29811, "rdzv_backend": "etcd"})
     assert (s.rdzv_backend, s.rdzv_endpoint) == ("c10d", "127.0.0.1:29811")
-    s = config.resolve({"master_addr": "10.0.0.1", "master_port": 29812, "nnodes": "2"})
+    s = config.resolve(
+        {"master_addr": "10.0.0.1", "master_port": 29812, "nnodes": "2", "ft_insecure_store": True}
+    )
     assert s.rdzv_endpoint == "10.0.0.1:29812"  # NVRx: also for c10d, multi-node allowed
     assert config.resolve({"rdzv_backend": "static"}).rdzv_endpoint == "127.0.0.1:29500"
     s = config.resolve({"master_port": 1, "rdzv_endpoint": "h:2"})

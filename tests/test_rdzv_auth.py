@@ -28,6 +28,8 @@ from tests._rdzv_helpers import free_port, wait_listening
 
 pytestmark = pytest.mark.timeout(300)
 
+STORE_WORKER = REPO / "tests" / "workers" / "store_outsider_job.py"
+
 ATTACK_WORKER = REPO / "tests" / "workers" / "rdzv_attack_job.py"
 SECRET = "attack-test-secret-0123456789abcdef"
 
@@ -97,3 +99,59 @@ def test_a_value_without_a_valid_signature_is_refused() -> None:
     with pytest.raises(ForgedValue):
         verify(b"s" * 32, "round/0/result", sign(b"s" * 32, "closed", "x").encode())
     assert RunStore(server, "job", b"t" * 32).prefix != mine.prefix  # unaddressable
+
+
+def _connects_from(source: str, dest: tuple[str, int]) -> bool:
+    """Whether a TCP connection from `source` to `dest` is established (3 s given: an
+    attempt the accept filter drops never is, however long it waits)."""
+    with socket.socket() as s:
+        s.bind((source, 0))
+        s.settimeout(3.0)
+        try:
+            s.connect(dest)
+        except OSError:
+            return False
+        return True
+
+
+def test_an_outsider_cannot_reach_the_workers_store_of_a_multi_node_job(tmp_path: Path) -> None:
+    """Two real launchers on 127.0.0.1 (the job's secret from the environment): their
+    workers join the process group through the workers' store and all-reduce; meanwhile a
+    client from 127.0.0.2 (another host on the job network) cannot connect to that store,
+    so it can neither read nor write it, while 127.0.0.1 still can."""
+    from tests._rdzv_helpers import start_node, stop_all
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.2", 0))
+    except OSError:
+        pytest.skip("127.0.0.2 cannot be bound here")
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    nodes: list = []
+    try:
+        for i in range(2):  # node 0 first: it hosts the rendezvous store
+            nodes.append(
+                start_node(
+                    tmp_path, f"n{i}", port, "2", group_rank=i, worker=STORE_WORKER,
+                    env={"STORE_OUT": str(out)}, extra=("--max-restarts", "0"),
+                )
+            )  # fmt: skip
+            if i == 0:
+                wait_listening(port, nodes[0].proc)
+        master = out / "master"
+        deadline = time.monotonic() + 240
+        while not master.exists() and time.monotonic() < deadline:
+            assert all(n.proc.poll() is None for n in nodes), [n.text() for n in nodes]
+            time.sleep(0.1)
+        assert master.exists(), [n.text() for n in nodes]
+        addr, mport, total = master.read_text().split()
+        assert (addr, total) == ("127.0.0.1", "2")  # both nodes' workers used the store
+        assert not _connects_from("127.0.0.2", (addr, int(mport)))
+        assert _connects_from("127.0.0.1", (addr, int(mport)))  # the store is there
+        (out / "go").touch()
+        codes = [n.wait(timeout=240) for n in nodes]
+        assert codes == [0, 0], [n.text() for n in nodes]
+    finally:
+        stop_all(nodes)

@@ -170,6 +170,14 @@ def test_bad_job_secret_file(tmp_path: Path, content: str | None, says: str) -> 
     assert line.endswith(says) and f"--ft-job-secret-file {path}" in line, line
 
 
+def test_multi_node_job_without_a_secret_is_refused(tmp_path: Path) -> None:
+    """No --ft-job-secret-file and no RELAUNCH_JOB_SECRET: one line saying how to give one."""
+    line = _usage_error(tmp_path, ["--nnodes", "2", *MULTI], env={"RELAUNCH_JOB_SECRET": ""})
+    assert "a multi-node job needs a job secret" in line, line
+    assert "--ft-job-secret-file PATH or RELAUNCH_JOB_SECRET" in line, line
+    assert "--ft-insecure-store" in line, line
+
+
 def test_job_secret_from_the_environment_must_be_long_enough(tmp_path: Path) -> None:
     line = _usage_error(tmp_path, ["--nnodes", "2", *MULTI], env={"RELAUNCH_JOB_SECRET": "x"})
     assert "RELAUNCH_JOB_SECRET: the job secret must be at least 16 bytes" in line, line

@@ -87,7 +87,7 @@ def test_healthz_and_openapi_match_the_routes(service_factory):
         assert p in paths, p
     assert set(paths["/logs"]) == {"get", "post"}
     body = spec["components"]["schemas"]["LogSubmission"]["properties"]
-    assert set(body) == {"log_path", "user", "job_id", "cycle_id", "analysis_intent"}
+    assert set(body) == {"log_path", "user", "job_id", "cycle_id", "analysis_intent", "fact_key"}
     assert "ErrorBody" in spec["components"]["schemas"]
 
 

@@ -28,10 +28,10 @@ FORGER = REPO / "tests" / "workers" / "forger_job.py"
 
 def test_fact_lines_are_signed_and_only_signed_lines_count_when_verifying() -> None:
     line = "[relaunch] " + launcher_facts.cycle_end(2, "failed", 1.5)
-    assert verified(line[len("[relaunch] fact: ") :], [launcher_facts.key()])
+    assert verified(line[len("[relaunch] fact: ") :], [launcher_facts.cycle_key(2)])
     forged = '[relaunch] fact: {"fact":"cycle_end","cycle":2,"outcome":"succeeded"}'
     tampered = line.replace('"failed"', '"succeeded"')
-    with verifying([launcher_facts.key()]):
+    with verifying([launcher_facts.cycle_key(2)]):
         c = FactCollector()
     assert c.line(line, 1) and not c.line(forged, 2) and not c.line(tampered, 3)
     assert (c.result().outcome, c.forged) == ("failed", 2)  # type: ignore[union-attr]
@@ -93,10 +93,10 @@ def test_a_datagram_counts_only_from_the_pid_of_the_rank_it_names(tmp_path: Path
         server.close()
 
 
-def _verdict(tmp_path: Path, job: str, cycle: int) -> dict:
+def _verdict(tmp_path: Path, job: str, cycle: int, db_url: str | None = None) -> dict:
     from relaunch.storage import open_repository
 
-    repo = open_repository(f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}")
+    repo = open_repository(db_url or f"sqlite:///{tmp_path / 'home' / 'relaunch.db'}")
     try:
         rec = repo.get_cycle(job, cycle)
     finally:
@@ -136,3 +136,83 @@ def test_four_forging_channels_do_not_change_the_verdict(tmp_path: Path) -> None
     assert {e["rank"]: e["first"] for e in launcher["exits"]} == {0: True, 1: False}
     verdict = _verdict(tmp_path, "forge", 0)
     assert verdict["primary"]["rank"] == 0 and "ValueError" in verdict["primary"]["text"]
+
+
+def test_a_forged_fact_line_does_not_change_the_services_verdict(tmp_path: Path) -> None:
+    """The same forger under `relaunch serve` (loopback): the launcher hands the cycle's fact
+    key to the service at the cycle's end, and the service's verdict counts only the
+    launcher's signed lines. Trusted by prefix, the appended lines would add 3 facts, make
+    rank 1 the first failing rank (its forged exit at 0.001 s) and iteration 987654."""
+    if (why := engine_available()) is not None:
+        pytest.skip(why)
+    from tests._service_helpers import running_service
+
+    logs = tmp_path / "logs" / "forge-svc"
+    with running_service(tmp_path) as svc:
+        args = job_args(
+            tmp_path, "forge-svc", "--max-restarts", "0", "--ft-initial-heartbeat-timeout", "5",
+            "--ft-attribution-endpoint", svc.endpoint,
+        )  # fmt: skip
+        proc = run_relaunch(tmp_path, [*args, str(FORGER), str(logs)], timeout=240)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        log = read_log(tmp_path, "forge-svc", 0)
+        assert "forger: all four channels tried" in log
+        unsigned = [ln for ln in log.split("\n") if ln.startswith("[relaunch] fact: ")]
+        assert sum('"mac":"' not in ln for ln in unsigned) == 3  # the forged lines are there
+        verdict = _verdict(tmp_path, "forge-svc", 0, svc.db_url)
+    launcher = verdict["fan_out"]["launcher"]
+    assert launcher["facts"] == 6, launcher  # the launcher's signed lines only
+    assert launcher["first_failing_rank"] == 0 and launcher["hangs"] == []
+    assert launcher["iterations_max"] == 4
+    assert verdict["primary"]["rank"] == 0 and "ValueError" in verdict["primary"]["text"]
+
+
+def test_the_service_keeps_one_fact_key_per_node_and_checks_its_form() -> None:
+    """A second, different key for the same cycle (and node) is refused; a key of another
+    form is refused; a cycle without a key trusts facts by prefix (no context)."""
+    from relaunch.attribution.core.fact_keys import FactKeys, KeyConflict, parse_key
+    from relaunch.restart_agent.facts import trusted_keys
+
+    keys = FactKeys(max_cycles=2)
+    a, b = launcher_facts.cycle_key(0), launcher_facts.cycle_key(1)
+    assert a != b and parse_key(a.hex()) == a
+    for bad in ("", a.hex().upper(), a.hex()[:-1], "z" * 64):
+        with pytest.raises(ValueError, match="64 lowercase hex"):
+            parse_key(bad)
+    keys.add("j", 0, None, a)
+    keys.add("j", 0, None, a)  # the same key again: fine (a retried request)
+    with pytest.raises(KeyConflict, match="different fact key"):
+        keys.add("j", 0, None, b)
+    keys.add("j", 0, "node1", b)  # another node of the cycle: its own key
+    assert set(keys.keys("j", 0) or ()) == {a, b}
+    with keys.context("j", 0):
+        assert set(trusted_keys() or ()) == {a, b}
+    with keys.context("j", 5):
+        assert trusted_keys() is None
+    keys.add("j", 1, None, b)
+    keys.add("j", 2, None, b)  # bounded: the oldest cycle is forgotten
+    assert keys.keys("j", 0) is None and keys.keys("j", 2) == (b,)
+
+
+def test_the_service_refuses_a_second_fact_key_and_a_malformed_one(service_factory) -> None:
+    """What each bad `fact_key` gets over HTTP: another form 400, a different key for a
+    cycle (or a node of it) that has one 409 `conflict`; the same key again is accepted."""
+    svc = service_factory()
+    log = svc.root / "k" / "cycle_0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello\n")
+    a, b = launcher_facts.cycle_key(0).hex(), launcher_facts.cycle_key(1).hex()
+    body = {"log_path": str(log), "job_id": "k", "cycle_id": 0, "analysis_intent": "track_only"}
+    with svc.client() as c:
+        bad = c.post("/logs", json={**body, "fact_key": a.upper()})
+        assert bad.status_code == 400, bad.text
+        assert c.post("/logs", json={**body, "fact_key": a}).status_code == 200
+        assert c.post("/logs", json={**body, "fact_key": a}).status_code == 200
+        again = c.post("/logs", json={**body, "fact_key": b})
+        assert again.status_code == 409 and "different fact key" in again.text, again.text
+        url = "/v1/jobs/k/cycles/1/nodes/node0"
+        assert c.post(url, json={"log_path": str(log), "nodes": 2}).status_code == 200
+        assert c.post(url + "/end", json={"fact_key": a}).status_code == 200
+        other = c.post(url + "/end", json={"fact_key": b})
+        assert other.status_code == 409, other.text

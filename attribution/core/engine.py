@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relaunch.attribution.core.background import BackgroundQueue
+from relaunch.attribution.core.fact_keys import FactKeys
 from relaunch.restart_agent import LogScanner, decide, safe_files
 from relaunch.restart_agent.budget import AnalysisBudget
 from relaunch.restart_agent.facts import PREFIX as _FACT_PREFIX
@@ -284,6 +285,8 @@ class AttributionEngine:
         self.hash_logs = hash_logs
         self.history_limit = history_limit
         self.opener = opener
+        # fact keys launchers handed over (a service's analyses verify facts with them)
+        self.fact_keys = FactKeys()
         self._listeners: list[Listener] = []
         self._events: BackgroundQueue[VerdictEvent] | None = None  # started on first use
         self._lock = threading.Lock()
@@ -501,6 +504,7 @@ class AttributionEngine:
         log_identity: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         persist: bool | None = None,
+        facts_checked: bool = False,
     ) -> Verdict:
         """Analyse one cycle log; save and publish the verdict; return it (typed: callers
         serialise with `to_dict()` only where it leaves the process).
@@ -524,6 +528,37 @@ class AttributionEngine:
         Saving a verdict on the job's latest cycle also sets the job's state (STOP ->
         "stopped", RESTART -> "running"; `storage.repository.verdict_job_state`).
         """
+        if self.fact_keys.keys(job_id, cycle) is not None and not facts_checked:
+            # the launcher handed over its key: read the facts again under it (an incremental
+            # scan made before the key came trusted them by prefix; `facts_checked`: the
+            # caller's `evidence` was scanned under the cycle's keys)
+            evidence, log_identity = None, None
+        with self.fact_keys.context(job_id, cycle):
+            return self._analyze_cycle(
+                job_id,
+                cycle,
+                log_path,
+                fr_culprit_ranks=fr_culprit_ranks,
+                node_health=node_health,
+                evidence=evidence,
+                log_identity=log_identity,
+                extra=extra,
+                persist=persist,
+            )
+
+    def _analyze_cycle(
+        self,
+        job_id: str | None,
+        cycle: int | None,
+        log_path: str | os.PathLike[str],
+        *,
+        fr_culprit_ranks: Sequence[int] | None,
+        node_health: Sequence[NodeHealthNote] | None,
+        evidence: CycleEvidence | None,
+        log_identity: dict[str, Any] | None,
+        extra: dict[str, Any] | None,
+        persist: bool | None,
+    ) -> Verdict:
         started = time.perf_counter()
         known = self.repo is not None and job_id is not None and cycle is not None
         if persist is None:
@@ -634,7 +669,8 @@ def _analyze_nodes(
 ) -> dict[str, Any]:
     """`AttributionEngine.analyze_nodes` (module level: keeps the class short)."""
     started = time.perf_counter()
-    evidence, scanned = scan_nodes(logs, opener=engine.opener, hash_logs=engine.hash_logs)
+    with engine.fact_keys.context(job_id, cycle):  # the keys the nodes' launchers handed over
+        evidence, scanned = scan_nodes(logs, opener=engine.opener, hash_logs=engine.hash_logs)
     unread = [e["node"] for e in scanned if "error" in e]
     history = engine.history(job_id, cycle)
     stored = engine.repo.get_cycle(job_id, cycle) if engine.repo is not None else None

@@ -49,6 +49,9 @@ class NodeEndIn(BaseModel):
     # this node asks for the cycle's verdict (default true); a cycle no node asked about
     # (stopped by a verdict, succeeded) is not analysed
     analyse: StrictBool = True
+    # the node's launcher's key of this cycle's facts (64 hex), sent once its workers are
+    # gone: the cycle's analysis counts only facts signed with its nodes' keys
+    fact_key: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
 
 
 class LeaseIn(BaseModel):
@@ -90,8 +93,11 @@ async def end_node_log(
     job_id: JobId, cycle: CycleNo, node: str, body: NodeEndIn, st: StateDep
 ) -> dict[str, Any]:
     """`node`'s part of the cycle ended: analysed with the others when all are in."""
+    name = _node(node)
+    if body.fact_key is not None:
+        st.hand_over_fact_key(job_id, cycle, name, body.fact_key)
     return await asyncio.to_thread(
-        st.gather.end, job_id, cycle, _node(node), body.outcome, analyse=body.analyse
+        st.gather.end, job_id, cycle, name, body.outcome, analyse=body.analyse
     )
 
 

@@ -97,6 +97,7 @@ async def post_logs(body: LogSubmission, st: StateDep) -> dict[str, Any]:
         job_id=body.job_id,
         cycle=body.cycle_id,
         intent=body.analysis_intent,
+        fact_key=body.fact_key,
     )
 
 

@@ -24,6 +24,12 @@ class LogSubmission(BaseModel):
         default="track_only",
         description="track_only: register; progressive: read as it grows; terminal: analyse now",
     )
+    fact_key: StrictStr | None = Field(
+        default=None,
+        pattern="^[0-9a-f]{64}$",
+        description="the launcher's key of this cycle's fact lines (64 hex), sent at the "
+        "cycle's end: only facts signed with it count; kept in memory, never answered",
+    )
 
 
 class SubmitResponse(BaseModel):

@@ -331,8 +331,10 @@ class ServiceState:
         job_id: str | None,
         cycle: int | None,
         intent: str,
+        fact_key: str | None = None,
     ) -> dict[str, Any]:
-        """POST /logs: register (and for `terminal`, start analysing) one cycle log."""
+        """POST /logs: register (and for `terminal`, start analysing) one cycle log.
+        `fact_key`: the launcher's key of the cycle's facts (`attribution.core.fact_keys`)."""
         check_intent(intent)
         path = confine(raw_path, self.settings.allowed_roots, must_exist=intent == "terminal")
         if job_id is None:
@@ -357,6 +359,8 @@ class ServiceState:
                 self.repo.register_cycle(job_id, cycle, str(path))
             elif intent != "track_only":
                 tl.intent = intent
+            if fact_key is not None:
+                self.hand_over_fact_key(job_id, cycle, None, fact_key)
             if intent == "terminal":
                 self.analyze(tl)
         return {
@@ -368,6 +372,17 @@ class ServiceState:
             "mode": "SINGLE",
             "status": tl.status(),
         }
+
+    def hand_over_fact_key(self, job_id: str, cycle: int, node: str | None, text: str) -> None:
+        """Keep a launcher's fact key for the cycle (409 `conflict` for a different one)."""
+        from relaunch.attribution.core.fact_keys import KeyConflict, parse_key
+
+        try:
+            self.engine.fact_keys.add(job_id, cycle, node, parse_key(text))
+        except KeyConflict as exc:
+            raise ApiError("conflict", str(exc)) from None
+        except ValueError as exc:
+            raise ApiError("invalid_parameter", str(exc)) from None
 
     # --- analysis ------------------------------------------------------------------------
     def _check_capacity(self) -> None:
@@ -456,10 +471,12 @@ class ServiceState:
             if hold is not None:
                 hold(tl.job_id)
             t0 = time.perf_counter()
-            with tl.lock:
+            keys = self.engine.fact_keys
+            with tl.lock, keys.context(tl.job_id, tl.cycle):  # a scan made now checks facts
                 evidence, identity = tl.finish()
+                checked = tl.scan_keys == keys.keys(tl.job_id, tl.cycle)
             scan_s = time.perf_counter() - t0
-            verdict = self._decide_and_save(tl, evidence, identity, scan_s)
+            verdict = self._decide_and_save(tl, evidence, identity, scan_s, checked)
             tl.verdict = verdict
             self.analyses += 1
             return verdict
@@ -482,6 +499,7 @@ class ServiceState:
         evidence: Any,
         identity: dict[str, Any],
         scan_s: float,
+        facts_checked: bool = False,
     ) -> dict[str, Any]:
         """The engine's decide/save/notify steps, on evidence that was read incrementally.
 
@@ -493,6 +511,7 @@ class ServiceState:
             str(tl.path),
             evidence=evidence,
             log_identity=identity,
+            facts_checked=facts_checked,
             extra={
                 "incremental": True,
                 "resets": tl.resets,

@@ -23,6 +23,7 @@ from relaunch.attribution.core.engine import StreamingScan
 from relaunch.attribution.service.confined import open_confined
 from relaunch.attribution.service.errors import ApiError
 from relaunch.restart_agent.budget import AnalysisBudget
+from relaunch.restart_agent.facts import trusted_keys
 
 READ_CHUNK = 1 << 20
 
@@ -47,6 +48,9 @@ class TrackedLog:
     resets: int = 0  # times the file was replaced/truncated and re-read
     read_total: int = 0  # bytes read from the file over the log's life (all passes)
     tail_bytes: int | None = None  # bytes the final analysis still had to read
+    # the fact keys in force when the scanner was made (restart_agent.facts.trusted_keys):
+    # a scan made before the launcher handed over its key trusted facts by prefix
+    scan_keys: tuple[bytes, ...] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # analysis state
     future: Future[dict[str, Any]] | None = None
@@ -69,6 +73,7 @@ class TrackedLog:
 
     def _reset(self) -> StreamingScan:
         self.scanner = StreamingScan(str(self.path), budget=self.budget)
+        self.scan_keys = trusted_keys()
         self.offset = 0
         return self.scanner
 
