@@ -591,9 +591,11 @@ def _verdict_sink_agent():  # type: ignore[no-untyped-def]
     ],
 )
 def test_embedded_analysis_of_a_job_that_may_span_nodes_is_refused(
-    nnodes: str, endpoint: str, refused: bool
+    nnodes: str, endpoint: str, refused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from relaunch.launcher.agent import refusal
+
+    monkeypatch.setenv("RELAUNCH_JOB_SECRET", "s" * 32)  # a multi-node job needs one (issue 26)
 
     s = config.resolve(
         {"nnodes": nnodes, "rdzv_endpoint": "127.0.0.1:29999", "ft_attribution_endpoint": endpoint}
