@@ -37,6 +37,8 @@ class Taxonomy:
     # rows whose message alone can make them a config validation error, and its vocabulary
     config_message_rows: frozenset[str] = frozenset()
     config_messages: re.Pattern[str] | None = None
+    # top-level module names that are a project's own folders (ImportError: the user's code)
+    own_module_names: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -102,6 +104,7 @@ def taxonomy() -> Taxonomy:
         "desync.faults": desync.get("faults") or [],
         "startup_deterministic": data.get("startup_deterministic") or [],
         "outside_kills": data.get("outside_kills") or [],
+        "own_module_names": data.get("own_module_names") or [],
     }
     for name, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
@@ -120,4 +123,5 @@ def taxonomy() -> Taxonomy:
         frozenset(lists["outside_kills"]),
         config_message_rows=frozenset(map(str, mrows)),
         config_messages=mrx,
+        own_module_names=frozenset(lists["own_module_names"]),
     )
