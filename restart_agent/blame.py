@@ -316,10 +316,10 @@ def _pick(
         primary, reason = own, "the error in torch elastic's Root Cause entry, on the rank it names"
     is_root = primary is not None and primary.role == "root"
     if primary is not None and is_root and own is None:
-        named = _named_over_unknown(primary, evidence)
-        if named is not None:
+        better = _named_over_unknown(primary, evidence)
+        if better is not None:
             primary, reason = (
-                named,
+                better,
                 reason + "; a named root wins over an exception that leans nowhere",
             )
     if primary is not None and is_root:

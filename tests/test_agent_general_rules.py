@@ -202,3 +202,34 @@ def test_other_schedulers_time_limits_and_cancellations_stop(line: str) -> None:
     f, s, primary = _decisions(line + "\n")
     assert (f, s) == ("STOP", "STOP"), primary
     assert primary.recoverability == "terminated"
+
+
+# ---------------------------------------------------------------- workload words
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch.distributed API misuse, as a bare error line
+        "RuntimeError: Default process group has not been initialized, please make sure to "
+        "call init_process_group.",
+        # Habana's PT bridge failing to compile the job's graph (`[rankN]:` torchrun layout)
+        "[rank0]: RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_BRIDGE Exception in Lowering "
+        "thread... Graph compile failed. synStatus=26 [Generic failure].",
+    ],
+)
+def test_api_advice_and_graph_compile_failures_lean_workload(line: str) -> None:
+    f, s, primary = _decisions(line + "\n")
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload" and "workload word" in (primary.structural or "")
+
+
+# ---------------------------------------------------------------- `Rank N: ` prefix
+def test_rank_colon_prefix_names_the_rank() -> None:
+    # a worker wrapper's own label in front of each line (as `[rankN]:`, without brackets)
+    log = (
+        "Rank 2: Traceback (most recent call last):\n"
+        'Rank 2:   File "/home/me/train.py", line 5, in <module>\n'
+        "Rank 2: IndexError: list index out of range\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.rank == 2 and primary.rank_source == "prefix"
