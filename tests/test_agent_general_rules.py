@@ -233,3 +233,34 @@ def test_rank_colon_prefix_names_the_rank() -> None:
     f, s, primary = _decisions(log)
     assert (f, s) == ("RESTART", "STOP"), primary
     assert primary.rank == 2 and primary.rank_source == "prefix"
+
+
+# ---------------------------------------------------------------- GPU/build arch mismatch
+def test_arch_incompatibility_warning_is_a_workload_root() -> None:
+    # torch.multiprocessing.spawn layout: Python echoes the warning's source line, then the
+    # spawned process 0 fails with no error line of its own in the excerpt
+    log = (
+        "  warnings.warn(incompatible_device_warn.format(device_name, capability, "
+        '" ".join(arch_list), device_name))\n'
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n"
+        "\n"
+        "-- Process 0 terminated with the following error:\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cuda_kernel_error" and primary.rank == 0
+
+
+# ---------------------------------------------------------------- Horovod's runner summary
+def test_horovod_runner_names_the_first_failed_process() -> None:
+    # horovodrun (gloo) under Determined's log prefix: `Process name: N` without Open MPI's
+    # `[[job,step],N]`
+    log = (
+        "|| RuntimeError: Horovod detected that one or more processes exited with non-zero "
+        "status, thus causing the job to be terminated. The first process to do so was\n"
+        "|| Exit code: 1\n"
+        "|| Process name: 1\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary  # no cause shown
+    assert primary.rank == 1 and primary.rank_source == "mpirun"
