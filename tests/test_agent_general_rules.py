@@ -264,3 +264,16 @@ def test_horovod_runner_names_the_first_failed_process() -> None:
     f, s, primary = _decisions(log)
     assert (f, s) == ("RESTART", "RESTART"), primary  # no cause shown
     assert primary.rank == 1 and primary.rank_source == "mpirun"
+
+
+@pytest.mark.parametrize("tag", ["[Rank 3] ", "[rank: 3] "])
+def test_bracketed_rank_tags_without_colon_are_prefixes(tag: str) -> None:
+    # DeepSpeed's `[Rank N] ` and Lightning's `[rank: N] ` in front of a worker's lines
+    log = (
+        f"{tag}Traceback (most recent call last):\n"
+        f'{tag}  File "/home/me/train.py", line 5, in <module>\n'
+        f"{tag}KeyError: 'x'\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.rank == 3 and primary.rank_source == "prefix"
