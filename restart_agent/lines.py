@@ -472,7 +472,13 @@ class LineInterpreter:
             if taxonomy().validates_config(row.id, facts.functions):
                 recoverability = "config"
             user_frame = facts.user_frame
-        if recoverability != "config" and taxonomy().validates_config_message(row.id, body):
+        if (
+            recoverability != "config"
+            and taxonomy().validates_config_message(row.id, body)
+            and structural().infra_words.search(body) is None
+        ):
+            # a config-speaking message, unless it also holds a device/network/storage word
+            # (`could not read the config: connection reset`): that one leans RESTART
             recoverability = "config"
         basis = None
         if recoverability != "config" and row.id in structural().rows:

@@ -277,3 +277,15 @@ def test_bracketed_rank_tags_without_colon_are_prefixes(tag: str) -> None:
     f, s, primary = _decisions(log)
     assert (f, s) == ("RESTART", "STOP"), primary
     assert primary.rank == 3 and primary.rank_source == "prefix"
+
+
+def test_config_words_with_an_infrastructure_word_are_not_a_config_error() -> None:
+    # a config file on a network filesystem that could not be read: never STOP at first sight
+    line = (
+        "ValueError: could not load the config from /mnt/shared/run.yaml: connection reset by peer"
+    )
+    first, _ = _two(line + "\n")
+    # not a config error: RESTART at first sight (the ValueError row's own rule decides the
+    # recurrence, as before this rule)
+    assert first.decision == "RESTART", first.primary  # type: ignore[attr-defined]
+    assert first.primary.recoverability != "config"  # type: ignore[attr-defined]
