@@ -135,7 +135,8 @@ def _root_cause_error(evidence: CycleEvidence) -> Evidence | None:
     later = [y.line for y in evidence.exits if x.line < y.line < end]
     end = min([end, *later])
     for e in evidence.roots:  # in log order, bounded (MAX_ROOTS)
-        if x.line < e.line < end and e.rank in (None, x.rank):
+        # the entry's own `exitcode` line counts: a signal exit is matched on it
+        if x.line <= e.line < end and e.rank in (None, x.rank):
             return e if e.rank is not None else _with_rank(e, x.rank, "elastic_root_cause")
     return None
 
@@ -150,6 +151,23 @@ def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None
             return e
     kills = taxonomy().outside_kills
     return next((e for e in evidence.roots if e.failure_class in kills), None)
+
+
+def _named_over_unknown(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
+    """An exception no row names and whose structure leans nowhere (`unknown`: a C++
+    `what():` such as 'Enqueue process failed.') yields to a root of the same cycle that a
+    row does name (the allocator's out-of-memory line right after it): the named one says
+    what happened, the bare one only that something did."""
+    if primary.domain != "unknown" or not primary.structural:
+        return None
+    return next(
+        (
+            e
+            for e in evidence.roots
+            if e is not primary and e.structural is None and e.domain != "unknown"
+        ),
+        None,
+    )
 
 
 def _reasoned_end(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
@@ -297,6 +315,13 @@ def _pick(
     if own is not None and not fr_culprit_ranks:
         primary, reason = own, "the error in torch elastic's Root Cause entry, on the rank it names"
     is_root = primary is not None and primary.role == "root"
+    if primary is not None and is_root and own is None:
+        better = _named_over_unknown(primary, evidence)
+        if better is not None:
+            primary, reason = (
+                better,
+                reason + "; a named root wins over an exception that leans nowhere",
+            )
     if primary is not None and is_root:
         winner = _infra_winner(primary, evidence)
         if winner is not None and own is primary and winner.rank not in (None, own.rank):

@@ -413,7 +413,7 @@ class LineInterpreter:
                 sm = _SRUN_TASK.match(body)
                 if sm:
                     rank, source = int(sm.group(1)), "message"
-            if rank is None and "Rank " in body:
+            if rank is None and "Rank" in body:
                 rm = _MESSAGE_RANK.search(body)
                 if rm:
                     rank, source = int(rm.group(1)), "message"
@@ -476,6 +476,14 @@ class LineInterpreter:
             if taxonomy().validates_config(row.id, facts.functions):
                 recoverability = "config"
             user_frame = facts.user_frame
+        if (
+            recoverability != "config"
+            and taxonomy().validates_config_message(row.id, body)
+            and structural().infra_words.search(body) is None
+        ):
+            # a config-speaking message, unless it also holds a device/network/storage word
+            # (`could not read the config: connection reset`): that one leans RESTART
+            recoverability = "config"
         basis = None
         if recoverability != "config" and row.id in structural().rows:
             got = lean(body, list(texts), user_frame)

@@ -54,8 +54,9 @@ TRACEBACK = "Traceback (most recent call last):"
 # lines handed to restart_agent.elastic (and a 1.9 summary's `"message": "..."` field)
 ELASTIC_WORDS = ("xitcode", "rank ", "Root Cause", "(local_rank:", '"message": "')
 ELASTIC = re.compile("|".join(re.escape(w) for w in ELASTIC_WORDS))
-# a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]"
-MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d{1,8})\]")
+# a rank named inside a message: NCCL's "[Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]",
+# Habana's "[Rank:3]"
+MESSAGE_RANK = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank[ :](\d{1,8})\]")
 # srun --label's own report of a task (= global rank under srun) that died
 SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d{1,8})(?:-\d{1,8})?: ")
 NOTHING = ()  # the outcome of a line that line() reads and leaves (no row matches)
@@ -230,7 +231,7 @@ class Outcomes:
                 got, source = m.span("rank"), row.rank_source
             elif body.startswith("srun: error:") and (sm := SRUN_TASK.match(body)):
                 got = sm.span(1)
-            elif "Rank " in body and (rm := MESSAGE_RANK.search(body)):
+            elif "Rank" in body and (rm := MESSAGE_RANK.search(body)):
                 got = rm.span(1)
             if got is not None:
                 ra, re_ = bs + got[0], bs + got[1]

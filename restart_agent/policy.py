@@ -236,8 +236,12 @@ def _own_module(primary: Evidence) -> bool:
     if len(module) < 3 or not module.isidentifier():
         return False
     frames = [m.group(1) for c in primary.context if (m := _FRAME_PATH.search(str(c["text"])))]
-    if not frames or not is_user_frame(frames[-1]):
+    if frames and not is_user_frame(frames[-1]):
         return False  # raised inside an installed library
+    if module in taxonomy().own_module_names:
+        return True  # a project's own folder name (taxonomy.yaml own_module_names)
+    if not frames:
+        return False
     paths = [f for f in frames if is_user_frame(f)]
     m = _MESSAGE_PATH.search(primary.text)
     if m and is_user_frame(m.group(1)):
@@ -258,7 +262,7 @@ def _world(evidence: CycleEvidence) -> int | None:
 
 def _user_import_everywhere(primary: Evidence, evidence: CycleEvidence) -> bool:
     """The user's own module failed to import, identically on every rank of the world."""
-    if primary.user_frame is None or not _own_module(primary):
+    if not _own_module(primary):
         return False
     roots = [e for e in evidence.roots if e.line >= 0]
     if not all(e.fingerprint == primary.fingerprint for e in roots):

@@ -7,6 +7,8 @@ Understood (at the start of a line):
 - `[rank 3]:`         relaunch's own launcher (`launcher.cycle_log`)
 - `[1,3]<stderr>:`    Open MPI `--tag-output` (`<stdout>` too)
 - `3: `               Slurm `srun --label` (optionally space-padded)
+- `Rank 3: `          a worker wrapper's or a reporter's own rank label (`rank 3: ` too)
+- `[Rank 3] `, `[rank: 3] ` DeepSpeed's / Lightning's rank tag starting a line (a blank, no colon)
 - stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
   and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
 - torch's `[rank3]:` / `[rank 3]:` / `[default3]:` behind a LEAD that a logger, a log
@@ -31,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
-    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): )"
+    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|rank: ?)(?P<r5>\d{1,8})\] )"
 )
 _STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
@@ -52,6 +54,8 @@ RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
         (rb"\n\[default", rb"\]:"),
         (rb"\n\[\d{1,8},", rb"\]<std(?:out|err)>:"),
         (rb"\n *", rb": "),
+        (rb"\n[Rr]ank ", rb": "),
+        (rb"\n\[(?:Rank ?|rank: ?)", rb"\] "),
     )
 )
 
@@ -70,7 +74,7 @@ def _one(line: str) -> tuple[int, str, bool, int] | None:
     m = _PREFIX.match(line)
     if m is None:
         return None
-    group = "r1" if m.group("r1") else "r2" if m.group("r2") else "r3"
+    group = next(g for g in ("r1", "r2", "r3", "r4", "r5") if m.group(g))
     rank = int(m.group(group))
     body = line[m.end() :]
     if body.startswith(" "):

@@ -34,11 +34,21 @@ class Taxonomy:
     startup_deterministic: frozenset[str] = frozenset()
     # kills from outside the process that win over a probable workload root (taxonomy.yaml)
     outside_kills: frozenset[str] = frozenset()
+    # rows whose message alone can make them a config validation error, and its vocabulary
+    config_message_rows: frozenset[str] = frozenset()
+    config_messages: re.Pattern[str] | None = None
+    # top-level module names that are a project's own folders (ImportError: the user's code)
+    own_module_names: frozenset[str] = frozenset()
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
         rx = self.config_functions
         return rx is not None and row_id in self.config_rows and any(rx.match(f) for f in functions)
+
+    def validates_config_message(self, row_id: str, body: str) -> bool:
+        """A generic exception row whose message speaks of the run's configuration."""
+        rx = self.config_messages
+        return rx is not None and row_id in self.config_message_rows and rx.search(body) is not None
 
     def exit_class(self, signal: str | None) -> str:
         """Failure class of a process exit: by its signal, else the exit-code class."""
@@ -71,6 +81,15 @@ def taxonomy() -> Taxonomy:
         rx = re.compile(fns) if fns else None
     except re.error as exc:
         raise RegistryError(f"{TAXONOMY_FILE}: config_validation.functions: {exc}") from exc
+    mrows, msgs = cv.get("message_rows") or [], cv.get("messages") or ""
+    if not isinstance(mrows, list) or not isinstance(msgs, str):
+        raise RegistryError(
+            f"{TAXONOMY_FILE}: config_validation needs message_rows (list), messages (regex)"
+        )
+    try:
+        mrx = re.compile(msgs) if msgs else None
+    except re.error as exc:
+        raise RegistryError(f"{TAXONOMY_FILE}: config_validation.messages: {exc}") from exc
     suspects = data.get("straggler_suspects") or []
     if not isinstance(suspects, list) or not all(isinstance(c, str) for c in suspects):
         raise RegistryError(f"{TAXONOMY_FILE}: straggler_suspects must be a list of classes")
@@ -85,6 +104,7 @@ def taxonomy() -> Taxonomy:
         "desync.faults": desync.get("faults") or [],
         "startup_deterministic": data.get("startup_deterministic") or [],
         "outside_kills": data.get("outside_kills") or [],
+        "own_module_names": data.get("own_module_names") or [],
     }
     for name, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
@@ -101,4 +121,7 @@ def taxonomy() -> Taxonomy:
         frozenset(lists["desync.faults"]),
         frozenset(lists["startup_deterministic"]),
         frozenset(lists["outside_kills"]),
+        config_message_rows=frozenset(map(str, mrows)),
+        config_messages=mrx,
+        own_module_names=frozenset(lists["own_module_names"]),
     )

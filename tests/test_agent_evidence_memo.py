@@ -57,11 +57,13 @@ def _log(noise: int, seed: int) -> tuple[bytes, dict[int, list[int]]]:
                 where[rank].append(len(lines))
         lines.append(f"[rank{rank}]: {error}")
 
-    block(0, CONFIG_FRAMES, "ValueError: bad option 12 in the config")
+    block(0, CONFIG_FRAMES, "ValueError: bad option 12 in the batch")
     block(1, CONFIG_FRAMES, "KeyError: 'w'")  # same frames, a row not validated as config
-    block(2, CONFIG_FRAMES, "ValueError: bad option 34 in the config")
+    block(2, CONFIG_FRAMES, "ValueError: bad option 34 in the batch")
     block(3, CONFIG_FRAMES, "KeyError: 'v'")
-    block(4, OTHER_FRAMES, "ValueError: bad option 56 in the config")  # other frames
+    block(
+        4, OTHER_FRAMES, "ValueError: bad option 56 in the batch"
+    )  # other frames; no config words
     block(5, OTHER_FRAMES, "KeyError: 'w'")
     lines += [
         "[rank6]: ValueError: sample 12 of the shard is bad",  # entity: the data index

@@ -114,7 +114,8 @@ def test_over_long_line_keeps_head_and_tail_only() -> None:
     ev = ra.LogScanner()
     ev.feed(b"[rank2]: " + b"x" * 70_000 + b" RuntimeError: CUDA error: misaligned address\n")
     got = ev.finish()
-    assert got.primary.failure_class == "cuda_error" and got.primary.rank == 2
+    # a misaligned address is a kernel programming error (tests/test_agent_general_rules.py)
+    assert got.primary.failure_class == "cuda_kernel_error" and got.primary.rank == 2
     hidden = scan_text(b"[rank4]: " + b"y" * 40_000 + b"ValueError: gone" + b"z" * 40_000 + b"\n")
     assert hidden.primary is None and hidden.lines == 1
 

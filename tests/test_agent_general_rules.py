@@ -1,0 +1,291 @@
+"""General rules from the label policy (docs/restart_agent.md, "General rules of the label
+policy"), one test per rule, on synthetic lines in the layouts real logs use (each test says
+which). Every log is decided as two identical cycles through stored verdicts (`run_job`),
+the way the service decides a job's cycles.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._agent_helpers import run_job
+
+
+def _two(text: str) -> tuple[object, object]:
+    first, second = run_job([text, text])
+    return first, second
+
+
+def _decisions(text: str) -> tuple[str, str, object]:
+    first, second = _two(text)
+    return first.decision, second.decision, first.primary  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- Root Cause entry's own line
+# torch elastic's summary (torchrun, 2023-2024 layout): every rank died of SIGBUS at the same
+# second; the `Failures:` list comes first in the log, the Root Cause entry names rank 0
+SIGBUS_SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+train.py FAILED
+------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-12-31_16:45:52
+  host      : server
+  rank      : 1 (local_rank: 1)
+  exitcode  : -7 (pid: 467398)
+  error_file: <N/A>
+  traceback : Signal 7 (SIGBUS) received by PID 467398
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-12-31_16:45:52
+  host      : server
+  rank      : 0 (local_rank: 0)
+  exitcode  : -7 (pid: 467397)
+  error_file: <N/A>
+  traceback : Signal 7 (SIGBUS) received by PID 467397
+======================================================
+"""
+
+
+def test_root_cause_entry_names_the_rank_of_a_signal_death_listed_after_the_failures() -> None:
+    first, second, primary = _decisions(SIGBUS_SUMMARY)
+    assert (first, second) == ("RESTART", "RESTART")  # a signal without a Python error
+    assert primary.rank == 0 and primary.rank_source == "elastic_root_cause", primary
+
+
+# ---------------------------------------------------------------- kernel programming errors
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch's CUDA error text as `[rankN]:`-prefixed torchrun workers print it
+        "[rank0]: RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "RuntimeError: CUDA error: misaligned address",
+        "RuntimeError: CUDA error: invalid configuration argument",
+        # ROCm builds say HIP
+        "RuntimeError: HIP error: invalid device function",
+    ],
+)
+def test_kernel_programming_errors_stop_on_an_identical_recurrence(line: str) -> None:
+    # before this rule `no kernel image ... on the device` tied 'device' against the
+    # workload words and restarted forever
+    first, second, primary = _decisions(line + "\n")
+    assert (first, second) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cuda_kernel_error" and primary.domain == "workload"
+
+
+def test_kernel_printed_device_assert_is_a_workload_bug_even_without_the_python_error() -> None:
+    # ATen's kernel assert as printed to stderr (one line per thread), the Python
+    # `device-side assert triggered` line cut from the excerpt
+    log = (
+        "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:662: indexSelectLargeIndex: block: "
+        "[148,0,0], thread: [96,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n"
+    ) * 3
+    first, second, primary = _decisions(log)
+    assert (first, second) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cuda_device_assert"
+
+
+# ---------------------------------------------------------------- XLA / TF status codes
+def test_xla_status_code_leans_by_its_message() -> None:
+    # torch_xla's XRTCompile error layout: `(N) <Status>: <message>`
+    compile_error = (
+        "Exception in device=TPU:6: Failed precondition: From /job:tpu_worker/replica:0/task:0:\n"
+        "  (0) Failed precondition: Expected comparison type FLOAT or TOTALORDER.\n"
+    )
+    # ... and the same status from a TPU driver in a bad state: never a STOP
+    driver = "  (0) Failed precondition: Driver must be Open to DMA map.\n"
+    f, s, primary = _decisions(compile_error)
+    assert (f, s) == ("RESTART", "STOP") and primary.failure_class == "xla_program_error"
+    f, s, primary = _decisions(driver)
+    assert (f, s) == ("RESTART", "RESTART") and primary.domain == "infrastructure", primary
+
+
+def test_tensorflow_oom_hint_is_an_out_of_memory_at_startup() -> None:
+    # TF / XRT print the hint after every OOM status; the status line itself is often cut
+    log = (
+        "\t [[{{node XRTCompile}}]]\n"
+        "Hint: If you want to see a list of allocated tensors when OOM happens, add "
+        "report_tensor_allocations_upon_oom to RunOptions for current allocation info.\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP") and primary.failure_class == "cuda_oom"
+
+
+# ---------------------------------------------------------------- C++ what()
+def test_cpp_what_message_is_classified_structurally_with_habana_rank_tag() -> None:
+    # Habana's PT bridge: `terminate called ...` then `what():  [Rank:0] ...`
+    log = (
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  [Rank:0] FATAL ERROR :: MODULE:PT_DEVICE GRAPH:: Capture must end on the "
+        "same stream it began on.\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cpp_exception" and primary.rank == 0
+
+
+def test_a_named_root_wins_over_a_what_message_that_leans_nowhere() -> None:
+    # Intel XPU (SYCL): the bare what() first, the allocator's out-of-memory right after
+    log = (
+        "terminate called after throwing an instance of 'sycl::_V1::exception'\n"
+        "  what():  Enqueue process failed.\n"
+        "level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\n"
+    )
+    f, s, primary = _decisions(log)
+    assert primary.failure_class == "cuda_oom", primary
+    assert (f, s) == ("RESTART", "STOP")  # OOM identical on two startup cycles
+
+
+# ---------------------------------------------------------------- config ValueErrors
+@pytest.mark.parametrize(
+    "line",
+    [
+        # transformers' DeepSpeed integration, LLaMA-Factory / HF Trainer layouts
+        "ValueError: Please correct the following DeepSpeed config values that mismatch "
+        "TrainingArguments values:",
+        "ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with "
+        "passing a `device_map`.",
+        "[rank0]: ValueError: --fp16 and --bf16 are mutually exclusive",
+    ],
+)
+def test_value_error_about_the_configuration_stops_at_first_sight(line: str) -> None:
+    f, s, primary = _decisions(line + "\n")
+    assert (f, s) == ("STOP", "STOP"), primary
+    assert primary.recoverability == "config"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ValueError: File data/train.json not found.",
+        "ValueError: `FlatParameter` requires uniform `requires_grad`",
+        "ValueError: bf16 mixed precision requires PyTorch >= 1.10 and a supported device.",
+    ],
+)
+def test_value_error_about_data_or_code_restarts_once(line: str) -> None:
+    f, s, primary = _decisions(line + "\n")
+    assert (f, s) == ("RESTART", "STOP"), primary
+
+
+# ---------------------------------------------------------------- own module by name
+def test_import_of_a_project_folder_name_is_the_users_own_module() -> None:
+    # the reporter pasted the import line and the error only (no `File` frame)
+    own = "    from models import build_model\nModuleNotFoundError: No module named 'models'\n"
+    third = "    import flash_attn\nModuleNotFoundError: No module named 'flash_attn'\n"
+    assert _decisions(own)[:2] == ("STOP", "STOP")
+    assert _decisions(third)[:2] == ("RESTART", "STOP")
+
+
+def test_own_folder_name_raised_inside_a_library_is_not_the_users_module() -> None:
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/somepkg/__init__.py", line 3, in <module>\n'
+        "ModuleNotFoundError: No module named 'utils'\n"
+    )
+    assert _decisions(tb)[:2] == ("RESTART", "STOP")
+
+
+# ---------------------------------------------------------------- scheduler time limits
+@pytest.mark.parametrize(
+    "line",
+    [
+        "MOAB_INFO:  job exceeded wallclock limit",  # PBS/Moab mail
+        "job 1234.1 exceeded hard wallclock time - initiate terminate method",  # Grid Engine
+        "Warning  DeadlineExceeded  job/train-llm  Job was active longer than specified deadline",
+        "TERM_OWNER: job killed by owner.",  # LSF bkill
+    ],
+)
+def test_other_schedulers_time_limits_and_cancellations_stop(line: str) -> None:
+    f, s, primary = _decisions(line + "\n")
+    assert (f, s) == ("STOP", "STOP"), primary
+    assert primary.recoverability == "terminated"
+
+
+# ---------------------------------------------------------------- workload words
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch.distributed API misuse, as a bare error line
+        "RuntimeError: Default process group has not been initialized, please make sure to "
+        "call init_process_group.",
+        # Habana's PT bridge failing to compile the job's graph (`[rankN]:` torchrun layout)
+        "[rank0]: RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_BRIDGE Exception in Lowering "
+        "thread... Graph compile failed. synStatus=26 [Generic failure].",
+    ],
+)
+def test_api_advice_and_graph_compile_failures_lean_workload(line: str) -> None:
+    f, s, primary = _decisions(line + "\n")
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload" and "workload word" in (primary.structural or "")
+
+
+# ---------------------------------------------------------------- `Rank N: ` prefix
+def test_rank_colon_prefix_names_the_rank() -> None:
+    # a worker wrapper's own label in front of each line (as `[rankN]:`, without brackets)
+    log = (
+        "Rank 2: Traceback (most recent call last):\n"
+        'Rank 2:   File "/home/me/train.py", line 5, in <module>\n'
+        "Rank 2: IndexError: list index out of range\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.rank == 2 and primary.rank_source == "prefix"
+
+
+# ---------------------------------------------------------------- GPU/build arch mismatch
+def test_arch_incompatibility_warning_is_a_workload_root() -> None:
+    # torch.multiprocessing.spawn layout: Python echoes the warning's source line, then the
+    # spawned process 0 fails with no error line of its own in the excerpt
+    log = (
+        "  warnings.warn(incompatible_device_warn.format(device_name, capability, "
+        '" ".join(arch_list), device_name))\n'
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n"
+        "\n"
+        "-- Process 0 terminated with the following error:\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cuda_kernel_error" and primary.rank == 0
+
+
+# ---------------------------------------------------------------- Horovod's runner summary
+def test_horovod_runner_names_the_first_failed_process() -> None:
+    # horovodrun (gloo) under Determined's log prefix: `Process name: N` without Open MPI's
+    # `[[job,step],N]`
+    log = (
+        "|| RuntimeError: Horovod detected that one or more processes exited with non-zero "
+        "status, thus causing the job to be terminated. The first process to do so was\n"
+        "|| Exit code: 1\n"
+        "|| Process name: 1\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary  # no cause shown
+    assert primary.rank == 1 and primary.rank_source == "mpirun"
+
+
+@pytest.mark.parametrize("tag", ["[Rank 3] ", "[rank: 3] "])
+def test_bracketed_rank_tags_without_colon_are_prefixes(tag: str) -> None:
+    # DeepSpeed's `[Rank N] ` and Lightning's `[rank: N] ` in front of a worker's lines
+    log = (
+        f"{tag}Traceback (most recent call last):\n"
+        f'{tag}  File "/home/me/train.py", line 5, in <module>\n'
+        f"{tag}KeyError: 'x'\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.rank == 3 and primary.rank_source == "prefix"
+
+
+def test_config_words_with_an_infrastructure_word_are_not_a_config_error() -> None:
+    # a config file on a network filesystem that could not be read: never STOP at first sight
+    line = (
+        "ValueError: could not load the config from /mnt/shared/run.yaml: connection reset by peer"
+    )
+    first, _ = _two(line + "\n")
+    # not a config error: RESTART at first sight (the ValueError row's own rule decides the
+    # recurrence, as before this rule)
+    assert first.decision == "RESTART", first.primary  # type: ignore[attr-defined]
+    assert first.primary.recoverability != "config"  # type: ignore[attr-defined]
