@@ -49,10 +49,18 @@ REASONED_ENDS = ("preemption", "node_failure", "time_limit")
 SINGLE_NODE_RANKS = 8  # at most this many ranks seen and one node: local rank == rank
 # rank sources of a line that names the process that FAILED (not the rank that reported a
 # cascade): a cascade from such a line keeps its source and names that rank
-FAILED_PROCESS_SOURCES = ("mpirun", "mpich", "spawn", "deepspeed", "ray_train")
-# rank sources that hold a LOCAL rank (torch.multiprocessing.spawn's process index): the
-# global rank only on a single node, dropped elsewhere
-LOCAL_RANK_SOURCES = ("spawn", "deepspeed")
+FAILED_PROCESS_SOURCES = (
+    "mpirun",
+    "mpich",
+    "spawn",
+    "deepspeed",
+    "ray_train",
+    "paddle",
+    "paddle_trainer",
+)
+# rank sources that hold a LOCAL rank (torch.multiprocessing.spawn's process index, Paddle's
+# container index in its pod): the global rank only on a single node, dropped elsewhere
+LOCAL_RANK_SOURCES = ("spawn", "deepspeed", "paddle")
 
 
 def _before_teardown(e: Evidence, evidence: CycleEvidence) -> bool:

@@ -110,6 +110,8 @@ RANK_SOURCES = {
     "spawn": "torch.multiprocessing.spawn's process index (local rank, single node)",
     "deepspeed": "DeepSpeed's launcher: the --local_rank of the worker it saw exit (single node)",
     "ray_train": "Ray Train's error snippet of the worker that failed (`[Rank N Error Snippet]`)",
+    "paddle": "Paddle's launcher: the `Container rank N` that failed (local rank, single node)",
+    "paddle_trainer": "Paddle's launch_utils: the trainer `rank=[N]` it saw aborted",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)

@@ -11,13 +11,17 @@ Understood (at the start of a line):
 - `[Rank 3] `, `[rank: 3] ` DeepSpeed's / Lightning's rank tag starting a line (a blank, no colon)
 - stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
   and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
+- a container log collector's service tag (docker compose `daskcluster-worker-1     | `):
+  dropped like a stream tag (it names a container, not a rank)
 - torch's `[rank3]:` / `[rank 3]:` / `[default3]:` behind a LEAD that a logger, a log
   collector or a worker pool put in front of the line: a timestamp
   (`2024-03-01 10:00:00,123 - [rank3]:`, `[2024-03-01 10:00:00] [rank3]:`, glog's
   `I0301 10:00:00.123 12 f.cc:4] [rank3]:`), Ray's `(RayTrainWorker pid=7) [rank3]:`, a
-  `<name> [stderr] [rank3]:` tag. The lead is at most `MAX_LEAD` characters, ends with a
-  blank, `]` or `)`, and holds no `": "` (so the `[rank3]:` quoted inside a message such as
-  `RuntimeError: failed on [rank3]: x` is no prefix: the message stays the body)
+  `<name> [stderr] [rank3]:` tag, the quote that opens a wrapper's quoted message
+  (SageMaker's `ErrorMessage "[rank3]: ValueError: ...`). The lead is at most `MAX_LEAD`
+  characters, ends with a blank, `]`, `)` or a quote, and holds no `": "` (so the `[rank3]:`
+  quoted inside a message such as `RuntimeError: failed on [rank3]: x` is no prefix: the
+  message stays the body)
 
 Rank numbers are bounded: more than 8 digits (e.g. a 2^64 `N: ` label) is no prefix at all,
 never an exception.
@@ -36,13 +40,16 @@ _PREFIX = re.compile(
     r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|rank: ?)(?P<r5>\d{1,8})\] )"
 )
 _STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
+# docker compose's `<service>-<n>   | ` tag (a name that starts with a letter: a loguru
+# `2024-01-01 10:00:00 | ERROR | ...` line starts with a digit and keeps its text)
+_COMPOSE = re.compile(r"^[A-Za-z][\w.-]{0,80}? *\| ")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
 _LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
 MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
 # torch's own rank prefix where it does not start the line (behind a timestamp/logger lead)
 _TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:")
 _LEAD_WORDS = ("[rank", "[default")
-_LEAD_ENDS = " \t])"
+_LEAD_ENDS = " \t])\"'"
 MAX_LEAD = 160  # characters of timestamp / logger / worker tag before a lead rank prefix
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
@@ -114,6 +121,10 @@ def split_prefix(line: str) -> Split:
     if stream:
         at = stream.end()
         line = line[at:]
+    compose = _COMPOSE.match(line) if "| " in line else None
+    if compose:
+        at += compose.end()
+        line = line[compose.end() :]
     outer = _one(line)
     if outer is None and not _LAUNCHER.match(line):
         outer = _lead(line)

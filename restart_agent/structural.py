@@ -11,6 +11,8 @@ decides it, from the table in taxonomy.yaml (data, not code):
 - infrastructure words (device, driver, node, link, heartbeat, lost, dead, unavailable ...)
   in the message or the type's name, and a frame that sets up an accelerator runtime or a
   collective library (`_lazy_init`, `init_process_group`, ...);
+- a file writer's frame (torch.save's `_open_zipfile_writer`, a checkpoint saver) raising
+  that its file could not be opened or written (a full or failing disk);
 - workload words (expected, must be, mismatch, not supported, invalid ...).
 
 Each adds its weight to the side it leans to. Workload wins only when heavier; a tie with
@@ -40,6 +42,7 @@ WEIGHTS = (
     "errno",
     "infrastructure_words",
     "runtime_setup",
+    "file_write",
 )
 
 
@@ -53,6 +56,8 @@ class Structural:
     workload_words: re.Pattern[str]
     native: re.Pattern[str]
     runtime_setup: re.Pattern[str]
+    file_writers: re.Pattern[str]
+    open_failed: re.Pattern[str]
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ def structural() -> Structural:
         _rx(data, "workload_words", re.IGNORECASE),
         _rx(data, "native"),
         _rx(data, "runtime_setup"),
+        _rx(data, "file_writers"),
+        _rx(data, "open_failed"),
     )
 
 
@@ -160,6 +167,10 @@ def lean(body: str, frames: list[str], user_frame: str | None) -> Lean:
     if setup:
         score_i += w["runtime_setup"]
         infra.append(f"raised while setting up the runtime ({setup})")
+    writer = next((f for f in fns if s.file_writers.match(f)), None)
+    if writer and s.open_failed.search(body):
+        score_i += w["file_write"]
+        infra.append(f"a file writer ({writer}) could not open or write its file")
     hits = _distinct(s.workload_words, _ERRNO_TEXT.sub(" ", body))
     if hits:
         score_w += w["workload_words"] * len(hits)

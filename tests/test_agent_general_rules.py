@@ -289,3 +289,177 @@ def test_config_words_with_an_infrastructure_word_are_not_a_config_error() -> No
     # recurrence, as before this rule)
     assert first.decision == "RESTART", first.primary  # type: ignore[attr-defined]
     assert first.primary.recoverability != "config"  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- after holdout6 (issue 24)
+def test_a_node_marked_dead_wins_over_the_later_remote_error() -> None:
+    # Ray's layout: the monitor's line, then the driver's RayGetError traceback (a library's
+    # Python raise that alone leans workload): the lost node is the root, never a STOP
+    log = (
+        "The node with node id: 8c3e and address: 10.0.0.5 has been marked dead because the "
+        "detector has missed too many heartbeats from it.\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 30, in <module>\n'
+        "    results = ray.get([a.train.remote() for a in actors])\n"
+        '  File "/usr/lib/python3/site-packages/ray/worker.py", line 900, in get\n'
+        "    raise value\n"
+        "ray.exceptions.RayTaskError: Could not get the result of the task: it failed with:\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.failure_class == "node_failure" and primary.domain == "infrastructure"
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        ("_open_zipfile_writer", "RuntimeError: File out/ckpt/epoch_3.pt cannot be opened."),
+        ("save_checkpoint", "RuntimeError: unable to write to file </torch_123_456>"),
+    ],
+)
+def test_a_file_writer_that_cannot_open_its_file_leans_infrastructure(
+    frame: str, message: str
+) -> None:
+    # torch.save layout after progress: the user's save call, torch's writer frames, then a
+    # RuntimeError that no row names: the filesystem said no (full disk), not the code
+    log = (
+        "Epoch 3, average loss: 0.0501\n"
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 227, in train\n'
+        "    torch.save(state, path)\n"
+        f'  File "/usr/lib/python3.9/site-packages/torch/serialization.py", line 309, in {frame}\n'
+        "    return container(name_or_buffer)\n"
+        f"{message}\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.domain == "infrastructure" and "file writer" in primary.structural
+
+
+def test_a_cannot_open_message_outside_a_writer_is_not_made_infrastructure() -> None:
+    # the same words raised while READING (a dataset's own loader) are no write failure
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 20, in load\n'
+        "    rows = read_rows(path)\n"
+        "RuntimeError: File data/train.bin cannot be opened.\n"
+    )
+    _, _, primary = _decisions(log)
+    assert primary.domain != "infrastructure", primary
+
+
+@pytest.mark.parametrize(
+    ("line", "klass", "rank", "want"),
+    [
+        # new launcher (paddle.distributed.launch 2.3+): code -9 = SIGKILL, a root
+        ("code -9 log ./debug/workerlog.0", "killed_sigkill", 0, ("RESTART", "RESTART")),
+        # -6 (SIGABRT, usually a follow-on abort) only says that the worker failed
+        ("code -6 log log/default.0.log", "process_exit", 0, ("RESTART", "RESTART")),
+        ("code -11 log log/workerlog.0", "segfault", 0, ("RESTART", "RESTART")),
+    ],
+)
+def test_paddle_container_summary_names_the_failed_rank(
+    line: str, klass: str, rank: int, want: tuple[str, str]
+) -> None:
+    log = (
+        "LAUNCH INFO 2022-10-25 15:17:31,067 Pod failed\n"
+        "LAUNCH ERROR 2022-10-25 15:17:31,067 Container failed !!!\n"
+        f"Container rank {rank} status failed cmd ['/usr/bin/python3.8', '-u', 'train.py', "
+        f"'-c', 'cfg.yml'] {line}\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == want, primary
+    assert primary.failure_class == klass and primary.rank == rank
+    assert primary.rank_source == "paddle"
+
+
+def test_paddle_container_exit_keeps_the_workers_own_error_as_root() -> None:
+    # workerlog's traceback pasted above the launcher's summary: the ValueError is the root
+    # and takes the container's rank (code 1 is a cascade naming it)
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "    idx = np.argsort(scores)\n"
+        "ValueError: operands could not be broadcast together with shapes (3,) (4,)\n"
+        "LAUNCH ERROR 2022-11-02 14:50:28,627 Container failed !!!\n"
+        "Container rank 0 status failed cmd ['/usr/bin/python', '-u', 'train.py'] code 1 "
+        "log log/workerlog.0\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.pattern_id.startswith("py.") and primary.rank == 0
+
+
+def test_paddle_launch_utils_abort_names_the_trainer_rank() -> None:
+    # the old launch_utils layout: no cause shown, so RESTART both times, rank named
+    log = (
+        "INFO 2021-05-24 17:17:14,611 launch_utils.py:307] terminate all the procs\n"
+        "ERROR 2021-05-24 17:17:14,611 launch_utils.py:545] ABORT!!! Out of all 8 trainers, "
+        "the trainer process with rank=[5] was aborted. Please check its log.\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.rank == 5 and primary.rank_source == "paddle_trainer"
+
+
+@pytest.mark.parametrize(
+    ("spelling", "klass"),
+    [
+        ("signal 4 (Illegal instruction: 4)", "illegal_instruction"),
+        ("signal 11 (Segmentation fault: 11)", "segfault"),
+        ("signal 9 (Killed: 9)", "killed_sigkill"),
+    ],
+)
+def test_mpirun_signal_with_its_number_names_the_rank(spelling: str, klass: str) -> None:
+    # Open MPI on macOS / BSD spells strsignal() with the number
+    log = (
+        "Primary job  terminated normally, but 1 process returned\n"
+        "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+        f"mpirun noticed that process rank 2 with PID 0 on node mbp exited on {spelling}.\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.failure_class == klass and primary.rank == 2
+
+
+def test_a_device_assert_in_any_cu_kernel_is_a_workload_bug() -> None:
+    # Paddle/phi's layout (no `block: [..], thread: [..]`), repeated per thread
+    line = (
+        "Error: /paddle/paddle/phi/kernels/gpu/softmax_kernel.cu:412 Assertion `false` failed. "
+        "The value of label expected >= 0 and < 10, but got 12. Please check label value.\n"
+    )
+    f, s, primary = _decisions(line * 3)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.failure_class == "cuda_device_assert"
+
+
+def test_a_quoted_rank_prefix_behind_a_wrapper_names_the_rank() -> None:
+    # SageMaker's layout: its summary wraps the script's stderr in a quoted ErrorMessage;
+    # the summary is a cascade, the quoted `[rank3]:` line is the root on rank 3
+    log = (
+        "AlgorithmError: ExecuteUserScriptError: ExitCode 1 ErrorMessage \n"
+        '"[rank3]: ValueError: Caught ValueError in DataLoader worker process 0.\n'
+        "[rank3]: Original Traceback (most recent call last)\n"
+        '[rank3]:   File "/opt/conda/lib/python3.11/site-packages/torch/utils/data/_utils/'
+        'worker.py", line 309, in _worker_loop\n'
+        "[rank3]:     data = fetcher.fetch(index)\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.rank == 3 and primary.failure_class == "python_value_error"
+
+
+def test_a_task_exception_quoted_by_its_repr_keeps_its_type_lean() -> None:
+    # Dask's worker log under docker compose's `<service> | ` tag
+    log = "".join(
+        f"daskcluster-worker-{n}     | {text}\n"
+        for n in (1, 2)
+        for text in (
+            "2022-11-13 17:01:17,386 - distributed.worker - WARNING - Compute Failed",
+            "Function:  dispatch_with_ddp",
+            "Exception: 'AssertionError()'",
+        )
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload"
