@@ -306,6 +306,7 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
         duration_s=facts.duration_s if facts.duration_s is not None else prog.duration_s,
         duration_source="launcher" if facts.duration_s is not None else prog.duration_source,
         initial_hang=initial_hang,
+        checkpoint=facts.checkpoint if facts.checkpoint is not None else prog.checkpoint,
     )
 
 

@@ -65,7 +65,26 @@ async def get_job(job_id: JobId, st: StateDep) -> dict[str, Any]:
     job = await asyncio.to_thread(_job, st, job_id)
     cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
     job["cycle_list"] = [_summary(c) for c in cycles]
+    # the newest complete checkpoint any cycle reported (relaunch.checkpoint)
+    job["checkpoint"] = _newest_checkpoint(cycles)
     return job
+
+
+def _newest_checkpoint(cycles: list[Any]) -> dict[str, Any] | None:
+    """{cycle, step, tier, size, at} of the highest checkpoint step the cycles stored
+    (revision 0010; the later cycle on a tie); None when none reported one."""
+    have = [c for c in cycles if c.checkpoint_step is not None]
+    if not have:
+        return None
+    c = max(have, key=lambda c: (c.checkpoint_step, c.cycle))
+    at = c.checkpoint_at
+    return {
+        "cycle": c.cycle,
+        "step": c.checkpoint_step,
+        "tier": c.checkpoint_tier,
+        "size": c.checkpoint_size,
+        "at": at.isoformat() if at is not None else None,
+    }
 
 
 def _summary(rec: Any) -> dict[str, Any]:
