@@ -344,9 +344,15 @@ async def upload_fr(
     cycle: CycleNo,
     st: StateDep,
     files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
+    analyse: Annotated[
+        bool,
+        Query(description="re-decide the cycle now (false: the cycle's next analysis uses them)"),
+    ] = True,
 ) -> dict[str, Any] | JSONResponse:
     """Store Flight Recorder dumps with a cycle, analyse them, and re-decide the cycle's
-    verdict with the culprit ranks as evidence (when the cycle's log is known)."""
+    verdict with the culprit ranks as evidence (when the cycle's log is known). With
+    `analyse=false` (a launcher sending its dumps just before it asks for the cycle's
+    verdict) the findings are stored and the cycle's next analysis joins them."""
     if not files or len(files) > MAX_FR_FILES:
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
@@ -372,7 +378,7 @@ async def upload_fr(
     await asyncio.to_thread(st.engine.store_fr_findings, job_id, cycle, findings)
     verdict = None
     running = False
-    tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
+    tl = await asyncio.to_thread(st.cycle_log, job_id, cycle) if analyse else None
     if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
         fut = await asyncio.to_thread(st.analyze, tl, force=True)
         await wait_future(fut, st.settings.analysis_timeout_s)
