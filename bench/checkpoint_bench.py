@@ -1,6 +1,8 @@
 """Benchmark of relaunch.checkpoint on CPU/gloo (one rank) with ~1 GB of state.
 
-Measures, in one run and against baselines in the same run (docs/checkpointing.md):
+Measures, in paired rounds (each round runs `dd`, `torch.save`, a synchronous DCP save and
+`save_async` back to back, so every ratio compares figures taken under the same load of a
+shared machine; the median and range over the rounds are reported; docs/checkpointing.md):
 - the time the training loop is blocked per save: `save_async` (staging into reused
   shared-memory buffers) vs `torch.save` of the same state (fsynced) and a synchronous DCP
   `dcp.save` — ratio, target <= 10 %;
@@ -9,7 +11,7 @@ Measures, in one run and against baselines in the same run (docs/checkpointing.m
   disk — ratio, target >= 50 %;
 - restore time from the local tier vs the persistent one (`load_latest` / `load`).
 
-    python bench/checkpoint_bench.py --dir /tmp/ckpt-bench --gib 1
+    python bench/checkpoint_bench.py --dir /tmp/ckpt-bench --gib 1 [--rounds 5]
 
 The directory is removed at the end. Needs ~4x the state size free on the disk.
 """
@@ -22,6 +24,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -61,11 +64,45 @@ def _dd(folder: Path, mib: int) -> float:
     return int(m.group(1)) / float(m.group(2))
 
 
+def _torch_save(sd: dict[str, torch.Tensor], base: Path) -> float:
+    t0 = time.perf_counter()
+    torch.save(sd, base / "plain.pt")
+    with open(base / "plain.pt", "rb") as fh:
+        os.fsync(fh.fileno())
+    dt = time.perf_counter() - t0
+    (base / "plain.pt").unlink()
+    return dt
+
+
+def _dcp_save(sd: dict[str, torch.Tensor], base: Path) -> float:
+    t0 = time.perf_counter()
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(base / "sync")))
+    dt = time.perf_counter() - t0
+    shutil.rmtree(base / "sync")
+    return dt
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """median [min - max] of `values`, each formatted with `fmt`."""
+    return (
+        f"{format(statistics.median(values), fmt)} "
+        f"[{format(min(values), fmt)} - {format(max(values), fmt)}]"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default="/tmp/relaunch-ckpt-bench")
     p.add_argument("--gib", type=float, default=1.0)
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="paired rounds (dd, torch.save, dcp.save, save_async back to back); default 5",
+    )
     a = p.parse_args()
+    if a.rounds < 1:
+        p.error("--rounds must be at least 1")
     base = Path(a.dir)
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
@@ -77,35 +114,34 @@ def main() -> int:
     try:
         sd = _state(a.gib)
         nbytes = sum(t.numel() * t.element_size() for t in sd.values())
-        print(f"state: {len(sd)} tensors, {nbytes / 2**30:.2f} GiB")
-        dd_bps = _dd(base, int(nbytes >> 20))
-
-        t0 = time.perf_counter()
-        torch.save(sd, base / "plain.pt")
-        with open(base / "plain.pt", "rb") as fh:
-            os.fsync(fh.fileno())
-        t_torch = time.perf_counter() - t0
-        (base / "plain.pt").unlink()
-
-        t0 = time.perf_counter()
-        dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(base / "sync")))
-        t_dcp = time.perf_counter() - t0
-        shutil.rmtree(base / "sync")
+        print(f"state: {len(sd)} tensors, {nbytes / 2**30:.2f} GiB; {a.rounds} paired rounds")
 
         mgr = CheckpointManager(base / "persistent", local_dir=base / "local", report=False)
         first = mgr.save_async(sd, 1)  # the first save also spawns the writer process
         mgr.wait()
-        blocked, writes = [], []
-        for step in (2, 3):
+        rows = []
+        for r in range(a.rounds):
+            # each round measures the baselines and save_async back to back, so a ratio
+            # compares figures taken under the same load of this shared machine
+            dd_bps = _dd(base, int(nbytes >> 20))
+            t_torch = _torch_save(sd, base)
+            t_dcp = _dcp_save(sd, base)
             for t in sd.values():
                 t.add_(1.0)  # a "training step" between saves
-            blocked.append(mgr.save_async(sd, step))
+            blocked = mgr.save_async(sd, 2 + r)
             rec = mgr.wait()
             assert rec is not None and rec.outcome == "committed"
-            writes.append(rec.written_at - (rec.started + rec.blocked_s))
-        t_block = min(blocked)
-        t_write = min(writes)
-        write_bps = nbytes / t_write
+            t_write = rec.written_at - (rec.started + rec.blocked_s)
+            write_bps = nbytes / t_write
+            rows.append((dd_bps, t_torch, t_dcp, blocked, t_write, write_bps))
+            print(
+                f"round {r + 1}: dd {dd_bps / 2**20:.0f} MiB/s  torch.save {t_torch:.3f} s  "
+                f"dcp.save {t_dcp:.3f} s  blocked {blocked:.3f} s "
+                f"({blocked / t_torch:.1%} / {blocked / t_dcp:.1%})  "
+                f"write {t_write:.3f} s {write_bps / 2**20:.0f} MiB/s "
+                f"({write_bps / dd_bps:.0%} of dd)",
+                flush=True,
+            )
 
         target = {k: torch.empty_like(v) for k, v in sd.items()}
         t_local, t_pers = [], []
@@ -120,17 +156,25 @@ def main() -> int:
             t_pers.append(time.perf_counter() - t0)
         mgr.close()
 
-        print(f"dd (bs=8M, conv=fsync)            {dd_bps / 2**20:8.0f} MiB/s")
-        print(f"torch.save + fsync (blocking)      {t_torch:8.3f} s")
-        print(f"dcp.save synchronous (blocking)    {t_dcp:8.3f} s")
-        print(f"save_async first call (spawn)      {first:8.3f} s")
-        print(f"save_async blocked per save        {t_block:8.3f} s")
-        print(f"  ratio vs torch.save              {t_block / t_torch:8.1%}  (target <= 10%)")
-        print(f"  ratio vs synchronous dcp.save    {t_block / t_dcp:8.1%}  (target <= 10%)")
+        col = list(zip(*rows, strict=True))
+        dd_v, torch_v, dcp_v, block_v, write_v, wbps_v = (list(c) for c in col)
+        mib = [v / 2**20 for v in dd_v]
+        print(f"median [min - max] over {a.rounds} rounds:")
+        print(f"dd (bs=8M, conv=fsync)             {_spread(mib, '.0f')} MiB/s")
+        print(f"torch.save + fsync (blocking)      {_spread(torch_v, '.3f')} s")
+        print(f"dcp.save synchronous (blocking)    {_spread(dcp_v, '.3f')} s")
+        print(f"save_async first call (spawn)      {first:.3f} s")
+        print(f"save_async blocked per save        {_spread(block_v, '.3f')} s")
+        r_torch = [b / t for b, t in zip(block_v, torch_v, strict=True)]
+        r_dcp = [b / t for b, t in zip(block_v, dcp_v, strict=True)]
+        print(f"  ratio vs torch.save              {_spread(r_torch, '.1%')}  (target <= 10%)")
+        print(f"  ratio vs synchronous dcp.save    {_spread(r_dcp, '.1%')}  (target <= 10%)")
         print(
-            f"background write (writer process)  {t_write:8.3f} s  {write_bps / 2**20:6.0f} MiB/s"
+            f"background write (writer process)  {_spread(write_v, '.3f')} s, "
+            f"{_spread([v / 2**20 for v in wbps_v], '.0f')} MiB/s"
         )
-        print(f"  ratio vs dd                      {write_bps / dd_bps:8.1%}  (target >= 50%)")
+        r_dd = [w / d for w, d in zip(wbps_v, dd_v, strict=True)]
+        print(f"  ratio vs dd                      {_spread(r_dd, '.0%')}  (target >= 50%)")
         print(f"restore local tier (load_latest)   {min(t_local):8.3f} s (checksums + load)")
         print(f"restore persistent tier (load)     {min(t_pers):8.3f} s (checksums + load)")
     finally:

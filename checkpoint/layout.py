@@ -43,10 +43,16 @@ class CheckpointInfo:
     step: int
     files: dict[str, dict[str, int]]  # name -> {"size": bytes, "crc32": value}
     world_size: int
+    url: str = ""  # the checkpoint's URL when its tier is an fsspec URL (checkpoint.remote)
 
     @property
     def size(self) -> int:
         return sum(int(f["size"]) for f in self.files.values())
+
+    @property
+    def location(self) -> str:
+        """Where it is: its URL (fsspec tier) or its folder."""
+        return self.url or str(self.path)
 
 
 def final_name(step: int) -> str:
@@ -165,7 +171,12 @@ def complete(root: str | os.PathLike[str]) -> list[CheckpointInfo]:
 
 def latest_complete(root: str | os.PathLike[str]) -> CheckpointInfo | None:
     """The newest checkpoint under `root` whose marker is valid and whose files are all
-    there with the recorded sizes; never a torn one (None when there is none)."""
+    there with the recorded sizes; never a torn one (None when there is none). `root` may
+    be an fsspec URL (`file://...`, `memory://...`: checkpoint.remote)."""
+    if "://" in str(root):
+        from .remote import UrlTier
+
+        return UrlTier(str(root)).latest_complete()
     for info in reversed(complete(root)):
         if len(present(info)) == len(info.files):
             return info

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from . import tiers
@@ -65,6 +66,7 @@ from .layout import (
     verify,
     write_durable,
 )
+from .remote import UrlTier, is_url
 
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"  # set by the launcher for a restarted cycle
 _POLL_S = 0.02  # how often rank 0's finisher looks at the store while waiting for ranks
@@ -76,6 +78,7 @@ class _Save:
     token: str
     started: float
     partial: Path  # the folder this node's ranks write into (local or persistent tier)
+    url_partial: str = ""  # with a URL persistent tier and no local one: its path there
     future: Future[Any] | None = None
     blocked_s: float = 0.0
     written_at: float = 0.0  # monotonic: the background write (DCP) finished
@@ -113,8 +116,15 @@ class CheckpointManager:
             raise CheckpointError("CheckpointManager needs torch.distributed initialised first")
         if replicas < 0:
             raise CheckpointError(f"replicas must be >= 0, got {replicas}")
-        self.persistent = Path(persistent_dir)
+        # an fsspec URL (checkpoint.remote) or a folder all nodes see
+        self._url = UrlTier(str(persistent_dir)) if is_url(persistent_dir) else None
+        self.persistent = Path(persistent_dir) if self._url is None else Path(self._url.root)
         self.local = Path(local_dir) if local_dir is not None else None
+        if self._url is not None and self._url.protocol == "memory" and self.local is None:
+            raise CheckpointError(
+                "a memory:// persistent tier needs local_dir: DCP's background writer is "
+                "another process, and its memory:// is not this process's"
+            )
         self.replicas = replicas
         self.on_finalize = on_finalize
         self.report = report
@@ -140,7 +150,10 @@ class CheckpointManager:
         self.last: _Save | None = None  # the most recent save, finished or not
         self.restored_tier = ""  # after load_latest: local | persistent
         self.restored_from: dict[str, str] = {}  # files a restore received from peers
-        if self.rank == 0:
+        if self.rank == 0 and self._url is not None:
+            self._url.mkdir()
+            self._url.remove_partials()
+        elif self.rank == 0:
             self.persistent.mkdir(parents=True, exist_ok=True)
             remove_partials(self.persistent)
         if self.local is not None and self.local_rank == 0:
@@ -165,9 +178,16 @@ class CheckpointManager:
         token = f"{self._nonce}-{self._seq}"
         root = self.local if self.local is not None else self.persistent
         partial = root / partial_name(step, token)
-        partial.mkdir(parents=True, exist_ok=True)
         rec = _Save(int(step), token, t0, partial, prev=self._inflight)
-        writer = dcp.FileSystemWriter(str(partial), single_file_per_rank=True, sync_files=True)
+        writer: dcp.StorageWriter
+        if self.local is None and self._url is not None:
+            rec.url_partial = self._url.join(partial_name(step, token))
+            writer = FsspecWriter(
+                self._url.url_of(rec.url_partial), single_file_per_rank=True, sync_files=True
+            )
+        else:
+            partial.mkdir(parents=True, exist_ok=True)
+            writer = dcp.FileSystemWriter(str(partial), single_file_per_rank=True, sync_files=True)
         fut = dcp.async_save(
             state_dict,
             storage_writer=writer,
@@ -258,13 +278,20 @@ class CheckpointManager:
             # checkpoint never becomes visible before an older one
             rec.prev.done.wait()
             rec.prev = None
-        mine = {n: file_record(rec.partial / n) for n in rank_files(rec.partial, self.rank)}
+        url = self._url if rec.url_partial else None
+        if url is not None:
+            names = url.rank_files(rec.url_partial, self.rank)
+            mine = {n: url.file_record(rec.url_partial, n) for n in names}
+        else:
+            mine = {n: file_record(rec.partial / n) for n in rank_files(rec.partial, self.rank)}
         self._store.set(f"{rec.token}/sums/{self.rank}", json.dumps(mine))
         self._store.add(f"{rec.token}/done", 1)
         state = self._decide(rec)
         if state != "commit":
             rec.outcome = "aborted" if state == "aborted" else "failed"
-            if self.local_rank == 0 or self.local is None:
+            if url is not None and self.rank == 0:
+                url.rm(rec.url_partial)
+            elif url is None and (self.local_rank == 0 or self.local is None):
                 shutil.rmtree(rec.partial, ignore_errors=True)
             if state == "failed":
                 rec.error = CheckpointError(f"another rank's write of step {rec.step} failed")
@@ -304,13 +331,12 @@ class CheckpointManager:
             final = self.persistent / final_name(rec.step)
             visible = f"{rec.token}/visible"
             if self.rank == 0:
-                commit(rec.partial, final, record)
-                prune(self.persistent, self.keep)
+                self._commit_persistent(rec.partial, rec.url_partial, rec.step, record)
                 self._store.set(visible, "1")
             else:
                 self._store.wait([visible], timedelta(days=1))
             tier = "persistent"
-        info = read_marker(final)
+        info = self._read_persistent(rec.step) if tier == "persistent" else read_marker(final)
         if info is None:
             raise CheckpointError(f"committed checkpoint {final} has no readable marker")
         rec.info, rec.outcome = info, "committed"
@@ -325,22 +351,41 @@ class CheckpointManager:
         self, rec: _Save, record: dict[str, Any], info: CheckpointInfo, by_rank: dict[int, Any]
     ) -> None:
         partial = self.persistent / partial_name(rec.step, rec.token)
-        tiers.drain(info.path, partial, sorted(by_rank[self.rank]))
+        url_partial = ""
+        if self._url is not None:
+            url_partial = self._url.join(partial_name(rec.step, rec.token))
+            self._url.put(info.path, url_partial, sorted(by_rank[self.rank]))
+        else:
+            tiers.drain(info.path, partial, sorted(by_rank[self.rank]))
         self._store.add(f"{rec.token}/drained", 1)
-        final = self.persistent / final_name(rec.step)
         key = f"{rec.token}/drained_visible"
         if self.rank == 0:
             while self._store.add(f"{rec.token}/drained", 0) < self.world:
                 time.sleep(_POLL_S)
-            commit(partial, final, record)
-            prune(self.persistent, self.keep)
+            self._commit_persistent(partial, url_partial, rec.step, record)
             self._store.set(key, "1")
         else:
             self._store.wait([key], timedelta(days=1))
-        pinfo = read_marker(final)
+        pinfo = self._read_persistent(rec.step)
         if pinfo is not None:
             rec.persistent = pinfo
             self._report(rec, pinfo, "persistent")
+
+    def _commit_persistent(
+        self, partial: Path, url_partial: str, step: int, record: dict[str, Any]
+    ) -> None:
+        """Rank 0: make `step` visible in the persistent tier, then prune it."""
+        if self._url is not None:
+            self._url.commit(url_partial, self._url.final(step), record)
+            self._url.prune(self.keep)
+        else:
+            commit(partial, self.persistent / final_name(step), record)
+            prune(self.persistent, self.keep)
+
+    def _read_persistent(self, step: int) -> CheckpointInfo | None:
+        if self._url is not None:
+            return self._url.read_marker(self._url.final(step))
+        return read_marker(self.persistent / final_name(step))
 
     def _report(self, rec: _Save, info: CheckpointInfo, tier: str) -> None:
         if not self.report or self.local_rank != 0:
@@ -349,7 +394,7 @@ class CheckpointManager:
 
         report_checkpoint(
             step=info.step,
-            path=str(info.path),
+            path=info.location,
             tier=tier,
             size=info.size,
             duration=time.monotonic() - rec.started,
@@ -376,7 +421,7 @@ class CheckpointManager:
                     "world": info.world_size,
                     "have": present(info),
                 }
-        pers = latest_complete(self.persistent)
+        pers = self._url.latest_complete() if self._url else latest_complete(self.persistent)
         mine = (self.node, self.rank, local_inv, pers.step if pers is not None else None)
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, mine, group=self._pg)
@@ -407,15 +452,16 @@ class CheckpointManager:
             found = read_marker(folder)
             tier = "local"
         else:
-            folder = self.persistent / final_name(int(pers_best))  # type: ignore[arg-type]
-            found = read_marker(folder)
+            assert pers_best is not None
+            folder = self.persistent / final_name(pers_best)
+            found = self._read_persistent(pers_best)
             self.restored_from = {}
             tier = "persistent"
         if found is None:
             raise CheckpointError(f"checkpoint {folder} lost its marker while loading")
         info = found
         self._verify_all(folder, info)
-        dcp.load(state_dict, storage_reader=dcp.FileSystemReader(str(folder)))
+        dcp.load(state_dict, storage_reader=_reader(info))
         self.restored_tier = tier
         return info
 
@@ -424,7 +470,10 @@ class CheckpointManager:
         err = ""
         if self.local_rank == 0:
             try:
-                verify(folder, info)
+                if info.url and self._url is not None:
+                    self._url.verify(info)
+                else:
+                    verify(folder, info)
             except CheckpointError as exc:
                 err = str(exc)
         errs: list[Any] = [None] * self.world
@@ -439,17 +488,30 @@ class CheckpointManager:
 def load(state_dict: dict[str, Any], path: str | os.PathLike[str]) -> CheckpointInfo:
     """Load the complete checkpoint in folder `path` into `state_dict` after checking every
     file's checksum (CheckpointCorrupted names the bad file). Works without a process group
-    (one process reading everything, e.g. to inspect or convert a checkpoint)."""
-    folder = Path(path)
-    info = read_marker(folder)
-    if info is None:
-        raise CheckpointError(f"{folder} is not a complete checkpoint (no valid {MARKER} marker)")
-    verify(folder, info)
+    (one process reading everything, e.g. to inspect or convert a checkpoint). `path` may
+    be an fsspec URL of a checkpoint folder (`memory://ckpt/step_000000010`)."""
+    found: CheckpointInfo | None
+    if is_url(path):
+        parent, _, name = str(path).rstrip("/").rpartition("/")
+        tier = UrlTier(parent)
+        found = tier.read_marker(tier.join(name))
+    else:
+        found = read_marker(Path(path))
+    if found is None:
+        raise CheckpointError(f"{path} is not a complete checkpoint (no valid {MARKER} marker)")
+    info = found
+    if is_url(path):
+        tier.verify(info)
+    else:
+        verify(info.path, info)
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(
-            state_dict,
-            storage_reader=dcp.FileSystemReader(str(folder)),
-            no_dist=not dist.is_initialized(),
-        )
+        dcp.load(state_dict, storage_reader=_reader(info), no_dist=not dist.is_initialized())
     return info
+
+
+def _reader(info: CheckpointInfo) -> dcp.StorageReader:
+    """DCP's reader of a complete checkpoint: fsspec's for a URL tier, else the file one."""
+    if info.url:
+        return FsspecReader(info.url)
+    return dcp.FileSystemReader(str(info.path))

@@ -572,10 +572,13 @@ class HttpClient(AttributionClient):
             return None
         return f"node{node}", nodes
 
-    def _nodes_url(self, job_id: str, cycle: int, suffix: str = "") -> str:
+    def _cycle_url(self, job_id: str, cycle: int) -> str:
         from urllib.parse import quote
 
-        return f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/nodes{suffix}"
+        return f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}"
+
+    def _nodes_url(self, job_id: str, cycle: int, suffix: str = "") -> str:
+        return f"{self._cycle_url(job_id, cycle)}/nodes{suffix}"
 
     def _register(
         self, job_id: str, cycle: int, log_path: str, node: int | None, at: datetime
@@ -629,6 +632,9 @@ class HttpClient(AttributionClient):
     def _analyze(self, job_id: str, cycle: int, log_path: str, node: int | None) -> VerdictInfo:
         if self._multi(job_id, cycle) is not None:
             return self._analyze_nodes(job_id, cycle)
+        # first the dumps (stored, not yet analysed): the cycle's analysis joins them, and a
+        # service on another host reads no dump folder of this one
+        self._upload_dumps(job_id, cycle, f"{self._cycle_url(job_id, cycle)}/fr?analyse=false")
         self._post(job_id, cycle, log_path, "terminal")
         deadline = time.monotonic() + self.verdict_timeout
         while True:
@@ -655,10 +661,8 @@ class HttpClient(AttributionClient):
             time.sleep(self.poll_interval)
 
     def _record_health(self, job_id: str, cycle: int, record: dict[str, Any]) -> VerdictInfo | None:
-        from urllib.parse import quote
-
         resp = self._http.post(
-            f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/node-health",
+            f"{self._cycle_url(job_id, cycle)}/node-health",
             json=record,
             timeout=max(self._http.timeout.read or 5.0, 60.0),  # the service re-decides
         )
@@ -673,15 +677,14 @@ class HttpClient(AttributionClient):
     def _end_cycle(
         self, job_id: str, cycle: int, outcome: str, reason: str | None, at: datetime
     ) -> None:
-        from urllib.parse import quote
-
         body = {"outcome": outcome, "reason": reason, "ended_at": at.isoformat()}
-        resp = self._http.post(f"/v1/jobs/{quote(job_id, safe='')}/cycles/{cycle}/end", json=body)
+        resp = self._http.post(f"{self._cycle_url(job_id, cycle)}/end", json=body)
         if resp.status_code >= 400:
             raise EndpointRefused("POST cycle end", resp.status_code, resp.text)
         multi = self._multi(job_id, cycle)
         if multi is not None:  # this node's log is complete: the service may analyse
-            self._upload_dumps(job_id, cycle, multi[0])  # first: the analysis joins them
+            # first: the analysis joins them
+            self._upload_dumps(job_id, cycle, self._nodes_url(job_id, cycle, f"/{multi[0]}/fr"))
             resp = self._http.post(
                 self._nodes_url(job_id, cycle, f"/{multi[0]}/end"),
                 json={
@@ -694,7 +697,7 @@ class HttpClient(AttributionClient):
             if resp.status_code >= 400:
                 raise EndpointRefused("POST node end", resp.status_code, resp.text)
 
-    def _upload_dumps(self, job_id: str, cycle: int, node_id: str) -> None:
+    def _upload_dumps(self, job_id: str, cycle: int, url: str) -> None:
         """Send this node's Flight Recorder dumps of the cycle (`rank_<R>` in its dump
         folder, regular files only, each at most MAX_DUMP_UPLOAD bytes) to the service. A
         refused or failed upload is a warning: the logs are analysed without them."""
@@ -723,7 +726,7 @@ class HttpClient(AttributionClient):
                     for p in paths
                 ]
                 resp = self._http.post(
-                    self._nodes_url(job_id, cycle, f"/{node_id}/fr"),
+                    url,
                     files=files,
                     # multipart is CORS-safelisted: say it is not a browser's form post
                     headers={"X-Relaunch-Client": "relaunch-launcher"},

@@ -27,6 +27,7 @@ import json
 import math
 import secrets
 import signal
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -145,9 +146,17 @@ def iterations(cycle: int, last: Mapping[int, int], ranks: Iterable[int], client
 
 
 def checkpoint(
-    cycle: int, rank: int, step: int, path: str, tier: str, size: int, duration_s: float
+    cycle: int,
+    rank: int,
+    step: int,
+    path: str,
+    tier: str,
+    size: int,
+    duration_s: float,
+    at: float | None = None,
 ) -> str:
-    """A checkpoint that became complete (relaunch.checkpoint's report)."""
+    """A checkpoint that became complete (relaunch.checkpoint's report); `at`: when the
+    launcher received the report (Unix seconds; the history's "when" of the checkpoint)."""
     return fact(
         "checkpoint",
         cycle,
@@ -157,6 +166,7 @@ def checkpoint(
         tier=str(tier),
         size=int(size),
         duration_s=round(float(duration_s), 3),
+        at=round(float(time.time() if at is None else at), 3),
     )
 
 

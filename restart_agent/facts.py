@@ -4,7 +4,7 @@ The contract (docs/restart_agent.md, "Launcher facts"): one fact per line, start
 with exactly `[relaunch] fact: ` (no rank prefix: worker output is always rank-prefixed in
 the cycle log, so a worker cannot forge one), then a compact JSON object with `fact` (the
 kind) and `cycle`. Kinds: `cycle_start`, `rank_exit`, `ranks_stopped`, `hang`,
-`iterations`, `node_health`, `cycle_end`, `straggler`, `straggler_scores`. Unknown kinds and fields are ignored; a malformed
+`iterations`, `node_health`, `cycle_end`, `straggler`, `straggler_scores`, `checkpoint`. Unknown kinds and fields are ignored; a malformed
 line (bad JSON, wrong types, numbers out of bounds) is ignored, never a crash.
 
 `FactCollector.line(text, lineno)` takes a decoded line; `result()` gives `LauncherFacts`
@@ -169,6 +169,7 @@ class FactCollector:
         self.duration: float | None = None
         self.stragglers: dict[tuple[str | None, int], dict[str, Any]] = {}
         self.straggler_scores: list[dict[str, Any]] = []
+        self.checkpoint: dict[str, Any] | None = None
 
     def line(self, text: str, lineno: int) -> bool:
         """Take one decoded line (no newline); True when it was a well-formed fact."""
@@ -323,6 +324,27 @@ class FactCollector:
         )
         return True
 
+    def _checkpoint(self, o: dict[str, Any], lineno: int) -> bool:
+        """A complete checkpoint (relaunch.checkpoint): the newest step is kept; for the
+        same step the later report (the persistent tier after the local one)."""
+        step = _int(o.get("step"), 0, MAX_ITERATION)
+        if step is None:
+            return False
+        prev = self.checkpoint
+        if prev is not None and step < prev["step"]:
+            return True
+        self.checkpoint = {
+            "step": step,
+            "tier": _str(o.get("tier"), 32),
+            "size": _int(o.get("size"), 0, 2**62),
+            "path": _str(o.get("path"), 1024),
+            "at": _float(o.get("at")),
+            "duration_s": _float(o.get("duration_s")),
+            "rank": _int(o.get("rank")),
+            "line": lineno,
+        }
+        return True
+
     # ------------------------------------------------------------------ result
     def result(self) -> LauncherFacts | None:
         if not self.count:
@@ -346,4 +368,5 @@ class FactCollector:
             duration_s=self.duration,
             stragglers=sorted(self.stragglers.values(), key=lambda d: (d["line"], d["rank"])),
             straggler_scores=list(self.straggler_scores),
+            checkpoint=dict(self.checkpoint) if self.checkpoint is not None else None,
         )

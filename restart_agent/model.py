@@ -152,6 +152,9 @@ class Progress:
     log_span_s: float | None = None
     # where `duration_s` came from: "launcher" (its cycle_end fact) or "log_timestamps"
     duration_source: str | None = None
+    # the newest complete checkpoint the launcher reported this cycle (its `checkpoint`
+    # fact): {"step", "tier", "size", "path", "at" (Unix seconds), "duration_s", ...}
+    checkpoint: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -217,6 +220,9 @@ class LauncherFacts:
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     # `straggler_scores` facts, one per node: {"node", "threshold", "reports", "ranks"}
     straggler_scores: list[dict[str, Any]] = field(default_factory=list)
+    # the newest `checkpoint` fact: {"step", "tier", "size", "path", "at", "duration_s",
+    # "rank", "line"} (relaunch.checkpoint's report of a complete checkpoint)
+    checkpoint: dict[str, Any] | None = None
 
     @property
     def first_exit(self) -> ProcessExit | None:

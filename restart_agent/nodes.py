@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from relaunch.restart_agent.budget import AnalysisBudget
 from relaunch.restart_agent.facts import PREFIX
 from relaunch.restart_agent.model import CycleEvidence, Evidence, LauncherFacts, ProcessExit
 from relaunch.restart_agent.scanner import LogScanner
@@ -52,8 +53,8 @@ class NodeSpan:
 class NodeScan:
     """Feed node logs one after the other: `start_node(id)`, `feed(bytes)`..., `finish()`."""
 
-    def __init__(self) -> None:
-        self._scanner = LogScanner()
+    def __init__(self, budget: AnalysisBudget | None = None) -> None:
+        self._scanner = LogScanner(budget=budget)  # one budget for the whole cycle
         self._spans: list[NodeSpan] = []
         self._node: str | None = None
         self._newlines = 0  # complete lines fed so far (all nodes)

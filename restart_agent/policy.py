@@ -1,6 +1,9 @@
 """The verdict policy: a pure function of one cycle's evidence and the prior cycles.
 
-Rules (ids are stable; docs/restart_agent.md has the table), tried in this order:
+Rules (ids are stable; docs/restart_agent.md has the table). `RULES` holds one
+(rule, check) entry per way a rule fires, in the order they are tried (the first that
+fires decides); `stop.startup_recurrence` has three entries (an all-rank collective
+timeout twice, a workload recurrence at startup, a startup-deterministic class twice):
 
 STOP
 - `stop.scheduler_terminated`   the scheduler or the user ended the job (time limit, scancel)
@@ -58,8 +61,8 @@ workload recurrence and the job ceiling.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 
 from relaunch.restart_agent.blame import pick_primary
 from relaunch.restart_agent.budget import budget_note
@@ -117,6 +120,11 @@ RANK_SOURCES = {
 REPORTER_SOURCES = ("cascade_reporter",)
 
 
+def _is_workload(domain: str | None, recoverability: str | None) -> bool:
+    """A root's domain and recoverability say it is a workload bug (certain or probable)."""
+    return domain == "workload" and recoverability in WORKLOAD_RECOVERABILITY + ("stop",)
+
+
 @dataclass(frozen=True)
 class _Cycle:
     cycle: int
@@ -132,8 +140,101 @@ class _Cycle:
     workload: bool = False  # its root is a workload bug (certain or probable)
     desync: str | None = None  # every rank timed out in one collective (desync.py)
 
+    @classmethod
+    def from_prior(cls, p: PriorCycle) -> _Cycle:
+        """An earlier cycle, from what the job's history stored of it."""
+        return cls(
+            cycle=p.cycle,
+            fingerprint=p.fingerprint,
+            entity=p.entity,
+            known=p.progress_known,
+            iteration=p.last_iteration,
+            ckpt_iteration=p.checkpoint_iteration,
+            no_iteration=p.no_iteration,
+            duration_s=p.duration_s,
+            ran_past_startup=p.ran_past_startup,
+            initial_hang=p.initial_hang,
+            workload=_is_workload(p.domain, p.recoverability),
+            desync=p.all_rank_timeout,
+        )
 
-def _flags(cycles: list[_Cycle], window_s: float) -> list[tuple[str, str]]:
+    @classmethod
+    def current(
+        cls, cycle: int, primary: Evidence | None, prog: Progress, desync: str | None
+    ) -> _Cycle:
+        """The cycle being decided, from its primary failure and effective progress."""
+        return cls(
+            cycle=cycle,
+            fingerprint=primary.fingerprint if primary else None,
+            entity=primary.entity if primary else None,
+            known=prog.known,
+            iteration=prog.last_iteration,
+            ckpt_iteration=prog.checkpoint_iteration,
+            no_iteration=prog.no_iteration,
+            duration_s=prog.duration_s,
+            ran_past_startup=prog.ran_past_startup,
+            initial_hang=prog.initial_hang,
+            workload=primary is not None
+            and primary.role == "root"
+            and _is_workload(primary.domain, primary.recoverability),
+            desync=desync,
+        )
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Counts over the window since the last cycle that advanced (`Verdict.history`'s head)."""
+
+    same_root_prior_cycles: int
+    identical_prior_cycles: int
+    same_root_retries_without_progress: int
+    identical_retries_without_progress: int
+    consecutive_no_progress: int
+    window_start_cycle: int
+    identical_cycles_progress_unknown: int
+
+    def to_dict(self) -> dict[str, int]:
+        """The stored form: these keys, in this order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The policy's ceilings and what is left of each (`Verdict.budgets`)."""
+
+    same_root_no_progress_retries: int
+    same_root_retries_left: int
+    job_no_progress_ceiling: int
+    job_retries_left: int
+    workload_recurrence_stop: int
+    workload_recurrences_left: int
+    startup_window_s: float
+
+    @classmethod
+    def left(cls, config: PolicyConfig, counts: Counts) -> Budgets:
+        """Each ceiling of `config` and how much of it `counts` leave."""
+        return cls(
+            same_root_no_progress_retries=config.same_root_no_progress_retries,
+            same_root_retries_left=max(
+                0, config.same_root_no_progress_retries - counts.same_root_retries_without_progress
+            ),
+            job_no_progress_ceiling=config.job_no_progress_ceiling,
+            job_retries_left=max(
+                0, config.job_no_progress_ceiling - counts.consecutive_no_progress
+            ),
+            workload_recurrence_stop=config.workload_recurrence_stop,
+            workload_recurrences_left=max(
+                0, config.workload_recurrence_stop - counts.identical_retries_without_progress
+            ),
+            startup_window_s=config.startup_window_s,
+        )
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The stored form: these keys, in this order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _flags(cycles: Sequence[_Cycle], window_s: float) -> list[tuple[str, str]]:
     """(flag, basis) of every cycle relative to the cycles before it."""
     out: list[tuple[str, str]] = []
     best_it: int | None = None
@@ -177,7 +278,7 @@ def _same(a: _Cycle, b: _Cycle) -> bool:
     return a.entity is None or b.entity is None or a.entity == b.entity
 
 
-def _counts(cycles: list[_Cycle], flags: list[str]) -> dict[str, int]:
+def _counts(cycles: Sequence[_Cycle], flags: Sequence[str]) -> Counts:
     """Counts over the window since the last cycle that advanced (the window's anchor)."""
     cur = cycles[-1]
     anchor = 0
@@ -206,15 +307,15 @@ def _counts(cycles: list[_Cycle], flags: list[str]) -> dict[str, int]:
             if flags[i] == ADVANCED or not cycles[i].workload or not _same(cycles[i], cur):
                 break
             unknown_run += 1
-    return {
-        "same_root_prior_cycles": len(same_prior),
-        "identical_prior_cycles": len(identical_prior),
-        "same_root_retries_without_progress": same_retries if flags[-1] == NONE else 0,
-        "identical_retries_without_progress": identical_retries if stuck else 0,
-        "consecutive_no_progress": job_retries if stuck else 0,
-        "window_start_cycle": cycles[anchor].cycle,
-        "identical_cycles_progress_unknown": unknown_run,
-    }
+    return Counts(
+        same_root_prior_cycles=len(same_prior),
+        identical_prior_cycles=len(identical_prior),
+        same_root_retries_without_progress=same_retries if flags[-1] == NONE else 0,
+        identical_retries_without_progress=identical_retries if stuck else 0,
+        consecutive_no_progress=job_retries if stuck else 0,
+        window_start_cycle=cycles[anchor].cycle,
+        identical_cycles_progress_unknown=unknown_run,
+    )
 
 
 _FRAME_PATH = re.compile(r'File "([^"]+)"')
@@ -308,6 +409,7 @@ def effective_progress(evidence: CycleEvidence) -> Progress:
         duration_s=facts.duration_s if facts.duration_s is not None else prog.duration_s,
         duration_source="launcher" if facts.duration_s is not None else prog.duration_source,
         initial_hang=initial_hang,
+        checkpoint=facts.checkpoint if facts.checkpoint is not None else prog.checkpoint,
     )
 
 
@@ -323,6 +425,306 @@ def _blame_sentence(primary: Evidence | None) -> str:
     return f" Blamed rank {primary.rank} (from {how})."
 
 
+@dataclass(frozen=True)
+class _Ctx:
+    """What the rules read: one cycle's primary failure, its progress and the job's counts."""
+
+    evidence: CycleEvidence
+    primary: Evidence | None
+    prog: Progress  # the cycle's effective progress (launcher facts folded in)
+    config: PolicyConfig
+    cycles: tuple[_Cycle, ...]  # the prior cycles and this one, last
+    flags: tuple[str, ...]  # each cycle's progress flag (ADVANCED, NONE, STARTUP, UNKNOWN)
+    progress_basis: str  # why this cycle got its flag
+    counts: Counts
+    budgets: Budgets
+    ever_progress: bool  # some cycle of the job reported progress
+    desync: str | None  # every rank timed out in one collective (desync.py)
+    unhealthy: bool  # a node failed its health check after this cycle
+
+    @property
+    def flag(self) -> str:
+        return self.flags[-1]
+
+    @property
+    def has_prior(self) -> bool:
+        return len(self.cycles) > 1
+
+    @property
+    def cls(self) -> str | None:
+        return self.primary.failure_class if self.primary else None
+
+    @property
+    def rec(self) -> str | None:
+        return self.primary.recoverability if self.primary else None
+
+    @property
+    def root(self) -> bool:
+        return self.primary is not None and self.primary.role == "root"
+
+    @property
+    def workload(self) -> bool:
+        """The root is a workload bug a recurrence can prove (probable, user import, config)."""
+        return (
+            self.root
+            and self.primary is not None
+            and self.primary.domain == "workload"
+            and self.rec in WORKLOAD_RECOVERABILITY
+        )
+
+
+# A rule's check: its basis when it fires on the context, else None.
+Check = Callable[[_Ctx], str | None]
+
+
+# ----------------------------------------------------------------- immediate STOPs
+def _scheduler_terminated(c: _Ctx) -> str | None:
+    if not (c.root and c.rec == "terminated"):
+        return None
+    return f"The job was ended by the scheduler or the user ({c.cls}); restarting inside this allocation cannot help."
+
+
+def _certain_workload_bug(c: _Ctx) -> str | None:
+    if not (c.root and c.rec == "stop"):
+        return None
+    return f"{c.cls} is a bug in the code that no restart can fix."
+
+
+def _user_import_error(c: _Ctx) -> str | None:
+    p = c.primary
+    if p is None or not c.root or c.rec != "user_import":
+        return None
+    if not _user_import_everywhere(p, c.evidence):
+        return None
+    return f"Import of the user's own code failed ({p.user_frame}) on every rank that reported; a restart runs the same code."
+
+
+def _invalid_config(c: _Ctx) -> str | None:
+    if not (c.root and c.rec == "config" and not c.ever_progress):
+        return None
+    return (
+        f"Invalid argument/config ({c.cls}) before any progress; a restart uses the same arguments."
+    )
+
+
+# ----------------------------------------------------------------- progress
+def _progress(c: _Ctx) -> str | None:
+    if not (c.flag == ADVANCED and c.has_prior):
+        return None
+    return (
+        "The job advanced since the previous failures, so this is not a loop; retry budgets reset."
+    )
+
+
+def _desync_recurrence(c: _Ctx) -> str | None:
+    """An all-rank timeout in one collective, twice in a row, in a job that never progressed.
+
+    A collective timeout takes its timeout to come, so the cycle may be a long one; a log
+    that shows the job ran past startup is no desync at startup.
+    """
+    if (
+        c.desync is None
+        or len(c.cycles) < 2
+        or c.cycles[-2].desync != c.desync
+        or c.ever_progress
+        or any(x.ran_past_startup for x in c.cycles)
+        or c.unhealthy
+    ):
+        return None
+    return f"Every rank timed out in the same collective ({c.desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen."
+
+
+def _unknown_progress_recurrence(c: _Ctx) -> str | None:
+    run = c.counts.identical_cycles_progress_unknown
+    if not (c.flag == UNKNOWN and c.has_prior and run >= c.config.job_no_progress_ceiling):
+        return None
+    return f"Workload bug {c.cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {c.progress_basis}; stop at {c.config.job_no_progress_ceiling}, job_no_progress_ceiling)."
+
+
+def _progress_unknown(c: _Ctx) -> str | None:
+    if not (c.flag == UNKNOWN and c.has_prior):
+        return None
+    said_by = (
+        "the span of the log's own timestamps"
+        if c.prog.duration_source == "log_timestamps"
+        else "the launcher"
+    )
+    why = (
+        f"{said_by} says the cycle ran {c.prog.duration_s:g} s (beyond the {c.config.startup_window_s:g} s startup window) without a progress report"
+        if c.progress_basis == "long_silent_cycle"
+        else "the log shows the job ran past startup (a collective sequence number) but has no progress report"
+        if c.progress_basis == "ran_past_startup"
+        else "the job progressed before and this cycle's log has no progress report"
+    )
+    run = c.counts.identical_cycles_progress_unknown
+    return f"Progress unknown: {why}; unknown progress counts toward no infrastructure ceiling ({run} identical workload cycle(s) without progress shown, stop at {c.config.job_no_progress_ceiling})."
+
+
+# ----------------------------------------------------------------- ceilings (no progress, or first cycle)
+def _workload_recurs(c: _Ctx) -> bool:
+    retries = c.counts.identical_retries_without_progress
+    return c.workload and retries >= c.config.workload_recurrence_stop
+
+
+def _workload_recurrence_at_startup(c: _Ctx) -> str | None:
+    if not (c.flag == STARTUP and _workload_recurs(c)):
+        return None
+    return f"Workload bug {c.cls} recurred identically before the first iteration ({c.counts.identical_prior_cycles} prior identical cycle(s) without progress, stop after {c.config.workload_recurrence_stop}; progress: {c.progress_basis})."
+
+
+def _workload_recurrence(c: _Ctx) -> str | None:
+    if not (c.flag == NONE and _workload_recurs(c)):
+        return None
+    return f"Probable workload bug {c.cls} recurred identically without progress ({c.counts.identical_prior_cycles} prior identical cycle(s) since the last progress)."
+
+
+def _startup_deterministic_pair(c: _Ctx) -> str | None:
+    """This cycle and the one before it failed identically before their first iteration."""
+    if not (
+        len(c.cycles) >= 2
+        and c.flag == STARTUP
+        and c.flags[-2] == STARTUP
+        and _same(c.cycles[-2], c.cycles[-1])
+        and c.root
+        and c.cls in taxonomy().startup_deterministic
+        and c.config.workload_recurrence_stop <= 1
+    ):
+        return None
+    return f"{c.cls} recurred identically on two consecutive cycles that both failed before their first iteration: it does not depend on the state a run reaches, so it recurs on every restart (after progress it would stay retryable)."
+
+
+def _same_root_ceiling(c: _Ctx) -> str | None:
+    n = c.counts.same_root_retries_without_progress
+    if not (
+        c.primary is not None and c.flag == NONE and n >= c.config.same_root_no_progress_retries
+    ):
+        return None
+    return f"{c.cls} recurred {n} time(s) after restarts without progress (ceiling {c.config.same_root_no_progress_retries})."
+
+
+def _job_no_progress_ceiling(c: _Ctx) -> str | None:
+    n = c.counts.consecutive_no_progress
+    if not (c.flag in NO_PROGRESS and n >= c.config.job_no_progress_ceiling):
+        return None
+    start = " (startup failures included)" if c.flag == STARTUP else ""
+    return f"{n} consecutive restarts without progress{start}, whatever the cause (ceiling {c.config.job_no_progress_ceiling})."
+
+
+# ----------------------------------------------------------------- RESTART within the budgets
+def _left(c: _Ctx) -> str:
+    return f" {c.budgets.job_retries_left} restart(s) without progress left in the job."
+
+
+def _no_evidence(c: _Ctx) -> str | None:
+    if c.primary is not None:
+        return None
+    return "No failure signature matched; the default is to restart." + _left(c)
+
+
+def _cascade_only(c: _Ctx) -> str | None:
+    p = c.primary
+    if p is None or c.root:
+        return None
+    if p.rank_source == "silent_rank":
+        basis = (
+            f"Every rank but rank {p.rank} reported {c.cls}: the silent rank is the "
+            "suspect, its own failure is not in the log; restart within the budgets."
+        )
+    else:
+        basis = f"Only cascades ({c.cls}) were found, the initiating failure is not in the log; restart within the budgets."
+    return basis + _left(c)
+
+
+def _workload_first(c: _Ctx) -> str | None:
+    if not c.workload:
+        return None
+    kind = "Probable workload bug" if c.rec == "probable" else "Workload bug"
+    return f"{kind} {c.cls}; restart once to see whether it recurs without progress ({c.budgets.workload_recurrences_left} identical recurrence(s) without progress left)."
+
+
+def _retryable_workload(c: _Ctx) -> str | None:
+    p = c.primary
+    if p is None or not c.root or p.domain != "workload" or c.rec != "retry":
+        return None
+    return f"{c.cls} may not recur on a restart (retryable within the budgets); {c.budgets.same_root_retries_left} same-root retries left, {c.budgets.job_retries_left} restart(s) without progress left in the job."
+
+
+def _infrastructure(c: _Ctx) -> str | None:
+    domain = c.primary.domain if c.primary else None
+    return f"{c.cls} ({domain}) can heal on restart; {c.budgets.same_root_retries_left} same-root retries left, {c.budgets.job_retries_left} restart(s) without progress left in the job."
+
+
+# The policy, in the order it is tried: the first entry whose check fires decides (its
+# rule's id prefix is the decision). `_infrastructure` always fires. A failed node-health
+# check may then turn a ceiling STOP into `restart.unhealthy_node_excluded` (`_health_override`).
+RULES: tuple[tuple[Rule, Check], ...] = (
+    (Rule.STOP_SCHEDULER_TERMINATED, _scheduler_terminated),
+    (Rule.STOP_CERTAIN_WORKLOAD_BUG, _certain_workload_bug),
+    (Rule.STOP_USER_IMPORT_ERROR, _user_import_error),
+    (Rule.STOP_INVALID_CONFIG, _invalid_config),
+    (Rule.RESTART_PROGRESS, _progress),
+    (Rule.STOP_STARTUP_RECURRENCE, _desync_recurrence),
+    (Rule.STOP_UNKNOWN_PROGRESS_RECURRENCE, _unknown_progress_recurrence),
+    (Rule.RESTART_PROGRESS_UNKNOWN, _progress_unknown),
+    (Rule.STOP_STARTUP_RECURRENCE, _workload_recurrence_at_startup),
+    (Rule.STOP_WORKLOAD_RECURRENCE, _workload_recurrence),
+    (Rule.STOP_STARTUP_RECURRENCE, _startup_deterministic_pair),
+    (Rule.STOP_SAME_ROOT_CEILING, _same_root_ceiling),
+    (Rule.STOP_JOB_NO_PROGRESS_CEILING, _job_no_progress_ceiling),
+    (Rule.RESTART_NO_EVIDENCE, _no_evidence),
+    (Rule.RESTART_CASCADE_ONLY, _cascade_only),
+    (Rule.RESTART_WORKLOAD_FIRST, _workload_first),
+    (Rule.RESTART_RETRYABLE_WORKLOAD, _retryable_workload),
+    (Rule.RESTART_INFRASTRUCTURE, _infrastructure),
+)
+
+
+def _first_rule(ctx: _Ctx) -> tuple[Rule, str]:
+    """The first entry of `RULES` that fires, and its basis."""
+    for rule, check in RULES:
+        basis = check(ctx)
+        if basis is not None:
+            return rule, basis
+    raise AssertionError("the last rule of RULES always fires")
+
+
+def _health_override(
+    decision: Decision, rule: Rule, basis: str, unhealthy: Sequence[NodeHealthNote]
+) -> tuple[Decision, Rule, str]:
+    """An unhealthy node is said in the basis; one that ran this cycle turns a ceiling STOP."""
+    if not unhealthy:
+        return decision, rule, basis
+    said = " " + " ".join(_health_sentence(n) for n in unhealthy)
+    suspects = [n for n in unhealthy if n.ran_this_cycle]
+    if decision == Decision.STOP and rule in HEALTH_OVERRIDABLE_RULES and suspects:
+        return (
+            Decision.RESTART,
+            Rule.RESTART_UNHEALTHY_NODE_EXCLUDED,
+            f"Would stop ({basis.rstrip('.')}), but node(s) "
+            f"{', '.join(n.node for n in suspects)} that ran this cycle failed "
+            "the health check after it: the recurrence may be that node's, so "
+            f"restart without it.{said}",
+        )
+    return decision, rule, basis + said
+
+
+def _history(ctx: _Ctx) -> dict[str, object]:
+    """`Verdict.history`: the counts, then this cycle's progress relative to the job."""
+    flag = ctx.flag
+    return {
+        **ctx.counts.to_dict(),
+        "prior_cycles": len(ctx.cycles) - 1,
+        "progress_since_prior": NONE if flag == STARTUP else flag,
+        "progress_basis": ctx.progress_basis,
+        "failed_before_first_iteration": flag == STARTUP,
+        "job_ever_progressed": ctx.ever_progress,
+        "best_prior_iteration": max(
+            (c.iteration for c in ctx.cycles[:-1] if c.known and c.iteration is not None),
+            default=None,
+        ),
+    }
+
+
 def decide(
     evidence: CycleEvidence,
     history: Sequence[PriorCycle] = (),
@@ -332,9 +734,10 @@ def decide(
 ) -> Verdict:
     """STOP or RESTART for the current cycle, with the rule, basis, budgets and counts.
 
-    `node_health`: the launchers' health reports for nodes that failed (or passed) their
-    check at the end of this cycle; they are recorded in the verdict, and an unhealthy node
-    that ran this cycle turns a ceiling STOP into `restart.unhealthy_node_excluded`.
+    The first entry of `RULES` that fires decides. `node_health`: the launchers' health
+    reports for nodes that failed (or passed) their check at the end of this cycle; they
+    are recorded in the verdict, and an unhealthy node that ran this cycle turns a ceiling
+    STOP into `restart.unhealthy_node_excluded`.
     """
     primary, reason = pick_primary(evidence, fr_culprit_ranks)
     slow = straggler_suspect(  # who is blamed, never the decision
@@ -345,278 +748,47 @@ def decide(
     prog = effective_progress(evidence)
     prior = sorted(history, key=lambda p: p.cycle)
     cur_cycle = (prior[-1].cycle + 1) if prior else 0
-    cycles = [
-        _Cycle(
-            p.cycle,
-            p.fingerprint,
-            p.entity,
-            p.progress_known,
-            p.last_iteration,
-            p.checkpoint_iteration,
-            p.no_iteration,
-            p.duration_s,
-            p.ran_past_startup,
-            p.initial_hang,
-            p.domain == "workload" and p.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
-            p.all_rank_timeout,
-        )
-        for p in prior
-    ]
     desync = all_rank_timeout(evidence) if primary is not None and primary.role != "root" else None
-    cycles.append(
-        _Cycle(
-            cur_cycle,
-            primary.fingerprint if primary else None,
-            primary.entity if primary else None,
-            prog.known,
-            prog.last_iteration,
-            prog.checkpoint_iteration,
-            prog.no_iteration,
-            prog.duration_s,
-            prog.ran_past_startup,
-            prog.initial_hang,
-            primary is not None
-            and primary.role == "root"
-            and primary.domain == "workload"
-            and primary.recoverability in WORKLOAD_RECOVERABILITY + ("stop",),
-            desync,
-        )
+    cycles = (
+        *(_Cycle.from_prior(p) for p in prior),
+        _Cycle.current(cur_cycle, primary, prog, desync),
     )
     flagged = _flags(cycles, config.startup_window_s)
-    flags = [f for f, _ in flagged]
+    flags = tuple(f for f, _ in flagged)
     counts = _counts(cycles, flags)
-    flag, progress_basis = flagged[-1]
-    ever_progress = any(
-        c.known and (c.iteration is not None or c.ckpt_iteration is not None) for c in cycles
-    )
-    budgets = {
-        "same_root_no_progress_retries": config.same_root_no_progress_retries,
-        "same_root_retries_left": max(
-            0, config.same_root_no_progress_retries - counts["same_root_retries_without_progress"]
-        ),
-        "job_no_progress_ceiling": config.job_no_progress_ceiling,
-        "job_retries_left": max(
-            0, config.job_no_progress_ceiling - counts["consecutive_no_progress"]
-        ),
-        "workload_recurrence_stop": config.workload_recurrence_stop,
-        "workload_recurrences_left": max(
-            0, config.workload_recurrence_stop - counts["identical_retries_without_progress"]
-        ),
-        "startup_window_s": config.startup_window_s,
-    }
-    history_out = {
-        **counts,
-        "prior_cycles": len(prior),
-        "progress_since_prior": NONE if flag == STARTUP else flag,
-        "progress_basis": progress_basis,
-        "failed_before_first_iteration": flag == STARTUP,
-        "job_ever_progressed": ever_progress,
-        "best_prior_iteration": max(
-            (c.iteration for c in cycles[:-1] if c.known and c.iteration is not None), default=None
-        ),
-    }
-    rec = primary.recoverability if primary else None
-    domain = primary.domain if primary else None
-    role = primary.role if primary else None
-    cls = primary.failure_class if primary else None
-    blamed = _blame_sentence(primary)
-
     notes = list(node_health)
     unhealthy = [n for n in notes if not n.healthy]
-    suspects = [n for n in unhealthy if n.ran_this_cycle]
-
-    def verdict(decision: Decision, rule: Rule, basis: str) -> Verdict:
-        if unhealthy:
-            said = " " + " ".join(_health_sentence(n) for n in unhealthy)
-            if decision == Decision.STOP and rule in HEALTH_OVERRIDABLE_RULES and suspects:
-                decision, rule = Decision.RESTART, Rule.RESTART_UNHEALTHY_NODE_EXCLUDED
-                basis = (
-                    f"Would stop ({basis.rstrip('.')}), but node(s) "
-                    f"{', '.join(n.node for n in suspects)} that ran this cycle failed "
-                    "the health check after it: the recurrence may be that node's, so "
-                    f"restart without it.{said}"
-                )
-            else:
-                basis += said
-        return _build(
-            evidence,
-            primary,
-            reason,
-            decision,
-            rule,
-            basis + blamed,
-            history_out,
-            budgets,
-            fr_culprit_ranks,
-            notes,
-            prog,
-            desync,
-        )
-
-    # ----------------------------------------------------------------- immediate STOPs
-    if primary is not None and role == "root":
-        if rec == "terminated":
-            return verdict(
-                Decision.STOP,
-                Rule.STOP_SCHEDULER_TERMINATED,
-                f"The job was ended by the scheduler or the user ({cls}); restarting inside this allocation cannot help.",
-            )
-        if rec == "stop":
-            return verdict(
-                Decision.STOP,
-                Rule.STOP_CERTAIN_WORKLOAD_BUG,
-                f"{cls} is a bug in the code that no restart can fix.",
-            )
-        if rec == "user_import" and _user_import_everywhere(primary, evidence):
-            return verdict(
-                Decision.STOP,
-                Rule.STOP_USER_IMPORT_ERROR,
-                f"Import of the user's own code failed ({primary.user_frame}) on every rank that reported; a restart runs the same code.",
-            )
-        if rec == "config" and not ever_progress:
-            return verdict(
-                Decision.STOP,
-                Rule.STOP_INVALID_CONFIG,
-                f"Invalid argument/config ({cls}) before any progress; a restart uses the same arguments.",
-            )
-    # ----------------------------------------------------------------- progress
-    if flag == ADVANCED and prior:
-        return verdict(
-            Decision.RESTART,
-            Rule.RESTART_PROGRESS,
-            "The job advanced since the previous failures, so this is not a loop; retry budgets reset.",
-        )
-    # an all-rank timeout in one collective, twice in a row, in a job that never progressed
-    # (a collective timeout takes its timeout to come, so the cycle may be a long one; a
-    # log that shows the job ran past startup is no desync at startup)
-    if (
-        desync is not None
-        and len(cycles) >= 2
-        and cycles[-2].desync == desync
-        and not ever_progress
-        and not any(c.ran_past_startup for c in cycles)
-        and not unhealthy
-    ):
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_STARTUP_RECURRENCE,
-            f"Every rank timed out in the same collective ({desync}: op@sequence number/ranks) on two consecutive cycles and the job never progressed: the ranks disagree about the collectives they run (a mismatched or missing collective), a workload desync loop; no node or link fault was seen.",
-        )
-    run = counts["identical_cycles_progress_unknown"]
-    if flag == UNKNOWN and prior and run >= config.job_no_progress_ceiling:
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_UNKNOWN_PROGRESS_RECURRENCE,
-            f"Workload bug {cls} ended {run} consecutive cycles identically with no progress shown (progress unknown: {progress_basis}; stop at {config.job_no_progress_ceiling}, job_no_progress_ceiling).",
-        )
-    if flag == UNKNOWN and prior:
-        said_by = (
-            "the span of the log's own timestamps"
-            if prog.duration_source == "log_timestamps"
-            else "the launcher"
-        )
-        why = (
-            f"{said_by} says the cycle ran {prog.duration_s:g} s (beyond the {config.startup_window_s:g} s startup window) without a progress report"
-            if progress_basis == "long_silent_cycle"
-            else "the log shows the job ran past startup (a collective sequence number) but has no progress report"
-            if progress_basis == "ran_past_startup"
-            else "the job progressed before and this cycle's log has no progress report"
-        )
-        return verdict(
-            Decision.RESTART,
-            Rule.RESTART_PROGRESS_UNKNOWN,
-            f"Progress unknown: {why}; unknown progress counts toward no infrastructure ceiling ({run} identical workload cycle(s) without progress shown, stop at {config.job_no_progress_ceiling}).",
-        )
-    # ----------------------------------------------------------------- ceilings (no progress, or first cycle)
-    workload = (
-        primary is not None
-        and role == "root"
-        and domain == "workload"
-        and rec in WORKLOAD_RECOVERABILITY
+    ctx = _Ctx(
+        evidence=evidence,
+        primary=primary,
+        prog=prog,
+        config=config,
+        cycles=cycles,
+        flags=flags,
+        progress_basis=flagged[-1][1],
+        counts=counts,
+        budgets=Budgets.left(config, counts),
+        ever_progress=any(
+            c.known and (c.iteration is not None or c.ckpt_iteration is not None) for c in cycles
+        ),
+        desync=desync,
+        unhealthy=bool(unhealthy),
     )
-    retries = counts["identical_retries_without_progress"]
-    if workload and flag in NO_PROGRESS and retries >= config.workload_recurrence_stop:
-        identical = counts["identical_prior_cycles"]
-        if flag == STARTUP:
-            return verdict(
-                Decision.STOP,
-                Rule.STOP_STARTUP_RECURRENCE,
-                f"Workload bug {cls} recurred identically before the first iteration ({identical} prior identical cycle(s) without progress, stop after {config.workload_recurrence_stop}; progress: {progress_basis}).",
-            )
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_WORKLOAD_RECURRENCE,
-            f"Probable workload bug {cls} recurred identically without progress ({identical} prior identical cycle(s) since the last progress).",
-        )
-    # both this cycle and the one before it failed before their first iteration, identically
-    startup_pair = (
-        len(cycles) >= 2
-        and flag == STARTUP
-        and flags[-2] == STARTUP
-        and _same(cycles[-2], cycles[-1])
-    )
-    if (
-        startup_pair
-        and role == "root"
-        and cls in taxonomy().startup_deterministic
-        and config.workload_recurrence_stop <= 1
-    ):
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_STARTUP_RECURRENCE,
-            f"{cls} recurred identically on two consecutive cycles that both failed before their first iteration: it does not depend on the state a run reaches, so it recurs on every restart (after progress it would stay retryable).",
-        )
-    if (
-        primary is not None
-        and flag == NONE
-        and counts["same_root_retries_without_progress"] >= config.same_root_no_progress_retries
-    ):
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_SAME_ROOT_CEILING,
-            f"{cls} recurred {counts['same_root_retries_without_progress']} time(s) after restarts without progress (ceiling {config.same_root_no_progress_retries}).",
-        )
-    if flag in NO_PROGRESS and counts["consecutive_no_progress"] >= config.job_no_progress_ceiling:
-        start = " (startup failures included)" if flag == STARTUP else ""
-        return verdict(
-            Decision.STOP,
-            Rule.STOP_JOB_NO_PROGRESS_CEILING,
-            f"{counts['consecutive_no_progress']} consecutive restarts without progress{start}, whatever the cause (ceiling {config.job_no_progress_ceiling}).",
-        )
-    # ----------------------------------------------------------------- RESTART
-    left = f" {budgets['job_retries_left']} restart(s) without progress left in the job."
-    if primary is None:
-        return verdict(
-            Decision.RESTART,
-            Rule.RESTART_NO_EVIDENCE,
-            "No failure signature matched; the default is to restart." + left,
-        )
-    if role != "root":
-        if primary.rank_source == "silent_rank":
-            basis = (
-                f"Every rank but rank {primary.rank} reported {cls}: the silent rank is the "
-                "suspect, its own failure is not in the log; restart within the budgets."
-            )
-        else:
-            basis = f"Only cascades ({cls}) were found, the initiating failure is not in the log; restart within the budgets."
-        return verdict(Decision.RESTART, Rule.RESTART_CASCADE_ONLY, basis + left)
-    if workload:
-        kind = "Probable workload bug" if rec == "probable" else "Workload bug"
-        return verdict(
-            Decision.RESTART,
-            Rule.RESTART_WORKLOAD_FIRST,
-            f"{kind} {cls}; restart once to see whether it recurs without progress ({budgets['workload_recurrences_left']} identical recurrence(s) without progress left).",
-        )
-    if domain == "workload" and rec == "retry":
-        return verdict(
-            Decision.RESTART,
-            Rule.RESTART_RETRYABLE_WORKLOAD,
-            f"{cls} may not recur on a restart (retryable within the budgets); {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
-        )
-    return verdict(
-        Decision.RESTART,
-        Rule.RESTART_INFRASTRUCTURE,
-        f"{cls} ({domain}) can heal on restart; {budgets['same_root_retries_left']} same-root retries left, {budgets['job_retries_left']} restart(s) without progress left in the job.",
+    rule, basis = _first_rule(ctx)
+    decision, rule, basis = _health_override(rule.decision, rule, basis, unhealthy)
+    return _build(
+        evidence,
+        primary,
+        reason,
+        decision,
+        rule,
+        basis + _blame_sentence(primary),
+        _history(ctx),
+        ctx.budgets.to_dict(),
+        fr_culprit_ranks,
+        notes,
+        prog,
+        desync,
     )
 
 

@@ -12,6 +12,8 @@
   counts, most frequent first (the search page's facets).
 - `recurring_fingerprints(repo, limit)` — fingerprints seen in more than one cycle, most
   frequent first, with how many jobs they hit.
+- `newest_checkpoints(repo, job_ids)` — each job's newest complete checkpoint (revision
+  0010's per-cycle columns).
 
 All take a `storage.HistoryRepository` and use its read session; results are plain dicts.
 """
@@ -41,6 +43,10 @@ _TIMELINE_COLUMNS = (
     Cycle.last_iteration,
     Cycle.last_checkpoint,
     Cycle.llm_contributed,
+    Cycle.checkpoint_step,
+    Cycle.checkpoint_tier,
+    Cycle.checkpoint_size,
+    Cycle.checkpoint_at,
 )
 
 
@@ -78,7 +84,7 @@ def timeline(repo: Any, job_id: str, limit: int | None = None) -> list[dict[str,
     out = []
     for r in reversed(rows):
         d = dict(r)
-        for key in ("started_at", "ended_at", "analysed_at"):
+        for key in ("started_at", "ended_at", "analysed_at", "checkpoint_at"):
             d[key] = as_utc(d[key])
         d["job_id"] = job_id
         d["llm"] = {"stored": True} if d.pop("has_llm") else None
@@ -172,4 +178,35 @@ def node_health_notes(repo: Any, job_id: str, limit: int = 50) -> list[dict[str,
                     ],
                 }
             )
+    return out
+
+
+def _checkpoint_of(cycle: int, step: int, tier: Any, size: Any, at: Any) -> dict[str, Any]:
+    return {"cycle": cycle, "step": step, "tier": tier, "size": size, "at": as_utc(at)}
+
+
+def newest_checkpoints(repo: Any, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """{job_id: newest complete checkpoint ({cycle, step, tier, size, at})} of the given
+    jobs that reported one (the jobs list's checkpoint column)."""
+    out: dict[str, dict[str, Any]] = {}
+    with repo.read_session() as session:
+        for start in range(0, len(job_ids), 500):  # bounded IN lists
+            q = (
+                select(
+                    Job.job_id,
+                    Cycle.cycle,
+                    Cycle.checkpoint_step,
+                    Cycle.checkpoint_tier,
+                    Cycle.checkpoint_size,
+                    Cycle.checkpoint_at,
+                )
+                .join(Job, Job.id == Cycle.job_pk)
+                .where(
+                    Job.job_id.in_(job_ids[start : start + 500]),
+                    Cycle.checkpoint_step.is_not(None),
+                )
+                .order_by(Job.job_id, Cycle.checkpoint_step, Cycle.cycle)
+            )
+            for job_id, cycle, step, tier, size, at in session.execute(q):
+                out[job_id] = _checkpoint_of(cycle, step, tier, size, at)  # the last wins
     return out

@@ -113,6 +113,12 @@ class Cycle(Base):
     end_reason: Mapped[str | None] = mapped_column(Text)
     # revision 0008: the launcher's straggler scores of this cycle (docs/straggler.md)
     stragglers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # revision 0010: the newest complete checkpoint of this cycle (relaunch.checkpoint's
+    # report, the verdict's progress.checkpoint; docs/checkpointing.md)
+    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_tier: Mapped[str | None] = mapped_column(String(32))
+    checkpoint_size: Mapped[int | None] = mapped_column(BigInteger)
+    checkpoint_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[Job] = relationship(back_populates="cycles")
     evidence: Mapped[list[EvidenceRow]] = relationship(

@@ -78,6 +78,11 @@ class CycleRecord:
     outcome: str | None = None  # succeeded | failed | stopped | interrupted (`end_cycle`)
     end_reason: str | None = None
     stragglers: dict[str, Any] | None = None  # straggler scores (revision 0008)
+    # the newest complete checkpoint of the cycle (revision 0010): step, tier, bytes, when
+    checkpoint_step: int | None = None
+    checkpoint_tier: str | None = None
+    checkpoint_size: int | None = None
+    checkpoint_at: datetime | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
     @property

@@ -1085,6 +1085,26 @@ def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
     row.ended_at = row.ended_at or now
     if isinstance(verdict.get("stragglers"), dict):
         row.stragglers = verdict["stragglers"]
+    _apply_checkpoint(row, progress.get("checkpoint"))
+
+
+def _apply_checkpoint(row: Cycle, ck: Any) -> None:
+    """The verdict's `progress.checkpoint` (the launcher's newest `checkpoint` fact) into
+    the cycle's checkpoint columns; anything malformed leaves them empty."""
+    if not isinstance(ck, dict):
+        return
+    step = _int_or_none(ck.get("step"))
+    if step is None or step < 0:
+        return
+    size = _int_or_none(ck.get("size"))
+    at = ck.get("at")
+    when = None
+    if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at < 1e10:
+        when = datetime.fromtimestamp(float(at), tz=timezone.utc)
+    row.checkpoint_step = step
+    row.checkpoint_tier = _str_or_none(ck.get("tier"), 32)
+    row.checkpoint_size = size if size is not None and size >= 0 else None
+    row.checkpoint_at = when
 
 
 def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1137,7 +1157,7 @@ _EVIDENCE_FIELDS = (
 )
 
 
-_TIME_FIELDS = ("started_at", "ended_at", "analysed_at", "analysis_requested_at")
+_TIME_FIELDS = ("started_at", "ended_at", "analysed_at", "analysis_requested_at", "checkpoint_at")
 
 
 def _records(result: Any, job_id: str | None = None) -> list[CycleRecord]:
@@ -1194,6 +1214,10 @@ def _cycle_record(
         analysis_requested_at=as_utc(row.analysis_requested_at),
         analysis_error=row.analysis_error,
         stragglers=row.stragglers if with_verdict else None,
+        checkpoint_step=row.checkpoint_step,
+        checkpoint_tier=row.checkpoint_tier,
+        checkpoint_size=row.checkpoint_size,
+        checkpoint_at=as_utc(row.checkpoint_at),
         outcome=row.outcome,
         end_reason=row.end_reason,
         evidence=evidence,

@@ -77,18 +77,19 @@ def engine_available() -> str | None:
 
 
 def run_two_nodes(
-    tmp_path: Path, job_id: str, args: Sequence[str], *, timeout: float
+    tmp_path: Path, job_id: str, args: Sequence[str], *, timeout: float, nodes: int = 2
 ) -> tuple[list[int], list[str]]:
-    """Two `relaunch run` launchers on this machine forming one job over a c10d rendezvous
-    on a free loopback port (one worker each, logs under tmp_path/logs, no analysis, no GPU
-    preflight). `args` are more flags, then the script and its arguments. Returns both
-    exit codes and both stderr texts; a launcher still running at `timeout` is killed."""
+    """Two (`nodes`) `relaunch run` launchers on this machine forming one job over a c10d
+    rendezvous on a free loopback port (one worker each, logs under tmp_path/logs, no
+    analysis, no GPU preflight). `args` are more flags, then the script and its arguments.
+    Returns every exit code and stderr text; a launcher still running at `timeout` is
+    killed."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     common = [
         sys.executable, "-m", "relaunch.cli", "run",
-        "--nnodes", "2", "--nproc-per-node", "1",
+        "--nnodes", str(nodes), "--nproc-per-node", "1",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", job_id,
         "--log-dir", str(tmp_path / "logs"), "--job-id", job_id,
         "--ft-attribution-endpoint", "off", "--ft-gpu-health", "off",
@@ -98,7 +99,7 @@ def run_two_nodes(
         subprocess.Popen(
             common, cwd=tmp_path, env=relaunch_env(tmp_path), stderr=subprocess.PIPE, text=True
         )
-        for _ in range(2)
+        for _ in range(nodes)
     ]
     try:
         errs = [p.communicate(timeout=timeout)[1] for p in procs]

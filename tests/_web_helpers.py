@@ -36,6 +36,15 @@ JOB = "llama-7b-run"  # the job write_job_logs' logs belong to
 T0 = (datetime.now(timezone.utc) - timedelta(hours=6)).replace(second=0, microsecond=0)
 SEED_TIMES = [(0, 70), (75, 105), (185, 35), (230, 1)]
 SEED_GOODPUT = round(100 * (70 + 105) / 231)  # cycles 0 and 1 advanced; wall 0..231 min
+# cycle 1's newest complete checkpoint (the launcher's `checkpoint` fact): 66 minutes
+# before the job's last cycle ended (T0 + 231 min), so the job page says "1 h 06 min" lost
+SEED_CHECKPOINT = {
+    "step": 200,
+    "tier": "persistent",
+    "size": 2 << 30,
+    "path": "/ckpt/step_000000200",
+    "at": (T0 + timedelta(minutes=165)).timestamp(),
+}
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
@@ -74,6 +83,7 @@ def make_verdict(
     same_root: int = 0,
     basis: str = "",
     cascades: list[CascadeGroup] | None = None,
+    checkpoint: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     v = Verdict(
         decision=decision,  # type: ignore[arg-type]
@@ -86,6 +96,7 @@ def make_verdict(
             last_iteration=iteration,
             first_iteration=first,
             dialect="plain_step",
+            checkpoint=checkpoint,
         ),
         history={"same_root_prior_cycles": same_root, "consecutive_no_progress": same_root},
         budgets={"same_root_no_progress_retries": 3, "job_no_progress_ceiling": 5},
@@ -151,7 +162,13 @@ def seed_history(repo: Any, job_id: str = "train-llama") -> dict[str, Any]:
         ),
         (
             make_verdict(
-                "RESTART", "progress_protects", nccl, iteration=250, first=100, same_root=1
+                "RESTART",
+                "progress_protects",
+                nccl,
+                iteration=250,
+                first=100,
+                same_root=1,
+                checkpoint=SEED_CHECKPOINT,
             ),
             None,
             None,

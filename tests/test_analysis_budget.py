@@ -228,3 +228,18 @@ def test_fr_set_beyond_its_limits_is_refused_before_reading(
     monkeypatch.setattr(reader, "MAX_SET_BYTES", 500)  # within both limits: every dump is read
     main(["fr", str(tmp_path)])
     assert len(read) == 5
+
+
+def test_a_multi_node_cycle_is_scanned_under_one_budget(big_log: Path, tmp_path: Path) -> None:
+    """The service's one scan over every node's log takes the service's budget (`serve
+    --budget-*`), one budget for the whole cycle, not each log's own."""
+    from relaunch.attribution.core.engine import NodeLog, scan_nodes
+
+    second = tmp_path / "node1.log"
+    second.write_bytes(big_log.read_bytes())
+    logs = [NodeLog("node0", str(big_log), 0), NodeLog("node1", str(second), 1)]
+    evidence, _ = scan_nodes(logs, budget=AnalysisBudget(cpu_seconds=None, max_kept=5))
+    assert evidence.budget is not None and evidence.budget["reached"] == "max_kept"
+    assert evidence.budget["bytes_read"] == STEP  # node0's first MiB; node1 never scanned
+    evidence, _ = scan_nodes(logs[:1], budget=AnalysisBudget.unlimited())
+    assert evidence.budget is None

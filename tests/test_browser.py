@@ -95,6 +95,7 @@ def test_click_through_jobs_job_cycle(browser: Any, service: dict[str, Any]) -> 
     row = page.locator('tr[data-job="train-llama"]')
     assert row.locator(".decision-stop").inner_text() == "STOP"
     assert "stopped" in row.inner_text()
+    assert "step 200" in row.locator("td.ckpt").inner_text()
     shot(page, "01-jobs")
 
     row.locator("a.job-link").click()
@@ -108,6 +109,10 @@ def test_click_through_jobs_job_cycle(browser: Any, service: dict[str, Any]) -> 
     assert page.locator("#strip-rank rect.cell").count() == 4
     assert page.locator("#cycle-timeline").is_visible()
     assert "250" in page.locator('tr[data-cycle="1"]').inner_text()
+    # the newest complete checkpoint (cycle 1's, SEED_CHECKPOINT) and the time lost since it
+    assert page.locator("#checkpoint-step").inner_text() == "step 200"
+    assert "persistent tier" in page.locator("#job-checkpoint").inner_text()
+    assert page.locator("#checkpoint-lost").inner_text() == "time lost since it: 1 h 06 min"
     shot(page, "02-job")
 
     page.locator('tr[data-cycle="3"] a.cycle-link').click()

@@ -11,6 +11,7 @@ timeout can end the cycle)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,31 @@ def test_collective_timeout_dumps_every_rank_and_names_the_missing_one(tmp_path:
 
     found = analyze_paths([where / "rank_0", where / "rank_1"], workers=1)
     assert found["culprit_ranks"] == [1], found
+
+
+def test_a_single_node_job_sends_its_dumps_to_the_service(tmp_path: Path) -> None:
+    """A single-node job reporting to `relaunch serve` uploads its cycle's dumps before it asks
+    for the verdict (the service may run on another host and read no dump folder of this
+    one): the cycle's one analysis names the rank that never entered the collective."""
+    if why := engine_available():
+        pytest.skip(why)
+    from tests._service_helpers import running_service
+
+    script = tmp_path / "timeout.py"
+    script.write_text(TIMEOUT_WORKER)
+    with running_service(tmp_path) as svc:
+        args = job_args(
+            tmp_path, "to", "--ft-attribution-endpoint", svc.endpoint, "--max-restarts", "0",
+            "--ft-heartbeat-timeout", "600", "--ft-initial-heartbeat-timeout", "600",
+        )  # fmt: skip
+        r = run_relaunch(tmp_path, [*args, str(script)], timeout=300)
+        assert r.returncode == 1, r.stdout + r.stderr
+        with svc.client() as c:
+            evidence = c.get("/v1/jobs/to/cycles/0/evidence").json()
+            verdict = c.get("/v1/jobs/to/cycles/0/verdict").json()["verdict"]
+    uploads = list((svc.workdir / "data" / "fr" / "to" / "cycle_0").glob("upload-*"))
+    assert len(uploads) == 1, uploads  # sent by the launcher, once
+    assert sorted(p.name for p in uploads[0].iterdir()) == ["rank_0", "rank_1"]
+    assert evidence["fr"]["culprit_ranks"] == [1], evidence.get("fr")
+    assert verdict["fr"] == {"culprit_ranks": [1]}, json.dumps(verdict)[:3000]
+    assert verdict["fr"] == {"culprit_ranks": [1]}, verdict.get("fr")

@@ -344,6 +344,13 @@ def jobs_page(
         limit=JOBS_LIMIT + 1,
     )
     jobs = [views.overview_row(o) for o in overviews]
+    ckpts = dashboard_queries.newest_checkpoints(repo, [j["job_id"] for j in jobs[:JOBS_LIMIT]])
+    now = datetime.now(timezone.utc)
+    for j, o in zip(jobs, overviews, strict=False):
+        end = o.get("ended_at") or (now if j["live"] else o.get("updated_at"))
+        j["checkpoint"] = views.checkpoint_view(
+            ckpts.get(j["job_id"]), until=end, running=j["live"]
+        )
     counts = repo.job_state_counts(since=t0, until=t1)
     filtered = bool(state or job or failure_class or t0 or t1)
     return _render(
@@ -558,6 +565,13 @@ def job_page(request: Request, dash: DashDep, job_id: str) -> Response:
                 r["running"], r["cause"] = False, "never analysed (the job had ended)"
     now = datetime.now(timezone.utc)
     deciding = (repo.deciding_verdicts([job_id]).get(job_id) or {}).get("deciding")
+    running = jrow["live"] and any(r["running"] for r in rows)
+    ends = [r["ended_at"] for r in rows if r["ended_at"] is not None]
+    checkpoint = views.checkpoint_view(
+        dashboard_queries.newest_checkpoints(repo, [job_id]).get(job_id),
+        until=now if running else max(ends, default=None),
+        running=running,
+    )
     return _render(
         request,
         "job.html",
@@ -566,6 +580,7 @@ def job_page(request: Request, dash: DashDep, job_id: str) -> Response:
         job=jrow,
         cycles=rows,
         deciding=deciding,
+        checkpoint=checkpoint,
         timeline=charts.cycle_timeline(rows, now),
         goodput=charts.goodput(rows, now),
         iterations=charts.iterations_chart(rows, now),

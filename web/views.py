@@ -76,6 +76,43 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{h} h {m:02d} min"
 
 
+def fmt_bytes(n: Any) -> str:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return ""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+def checkpoint_view(
+    ck: Mapping[str, Any] | None, *, until: datetime | None, running: bool
+) -> dict[str, Any] | None:
+    """The newest complete checkpoint ({cycle, step, tier, size, at}, storage's
+    `newest_checkpoints`) as shown, with the time lost since it: the wall time from the
+    checkpoint to `until` (the job's last cycle end, or now while a cycle runs), the work
+    a restart from it would redo. None when the job reported no checkpoint."""
+    if not ck or ck.get("step") is None:
+        return None
+    at = _time(ck.get("at"))
+    lost = (until - at).total_seconds() if at is not None and until is not None else None
+    if lost is not None and lost < 0:
+        lost = 0.0
+    return {
+        "cycle": ck.get("cycle"),
+        "step": ck.get("step"),
+        "tier": ck.get("tier") or "",
+        "size": fmt_bytes(ck.get("size")),
+        "size_bytes": ck.get("size"),
+        "at": fmt_time(at),
+        "lost_s": lost,
+        "lost": fmt_duration(lost) if lost is not None else "",
+        "running": running,
+    }
+
+
 def duration_s(cycle: Mapping[str, Any]) -> float | None:
     """Seconds the cycle ran: start to end (or to its analysis when no end was recorded)."""
     start = _time(cycle.get("started_at"))
@@ -134,6 +171,10 @@ def cycle_row(record: Any) -> dict[str, Any]:
         "fingerprint": c.get("fingerprint"),
         "iteration": progress_reached(c),
         "checkpoint": c.get("last_checkpoint"),
+        "checkpoint_step": _int(c.get("checkpoint_step")),
+        "checkpoint_tier": c.get("checkpoint_tier"),
+        "checkpoint_size": _int(c.get("checkpoint_size")),
+        "checkpoint_at": _time(c.get("checkpoint_at")),
         "llm": bool(c.get("llm_contributed")) or bool(c.get("llm")),
         "started_at": _time(c.get("started_at")),
         "ended_at": _time(c.get("ended_at")),

@@ -623,12 +623,17 @@ class NodeLog:
 
 
 def scan_nodes(
-    logs: Sequence[NodeLog], *, opener: Opener | None = None, hash_logs: bool = True
+    logs: Sequence[NodeLog],
+    *,
+    opener: Opener | None = None,
+    hash_logs: bool = True,
+    budget: AnalysisBudget | None = None,
 ) -> tuple[CycleEvidence, list[dict[str, Any]]]:
     """Scan every node's log of a cycle into one evidence (`restart_agent.nodes`); return it
     with each log's identity and place in the merged numbering. A log that cannot be read
-    is listed with its `error` and left out."""
-    scan = NodeScan()
+    is listed with its `error` and left out. `budget`: one analysis budget for all the
+    cycle's logs together (None: its defaults)."""
+    scan = NodeScan(budget)
     out: list[dict[str, Any]] = []
     for nl in logs:
         entry: dict[str, Any] = {"node": nl.node, "group_rank": nl.group_rank, "path": nl.path}
@@ -670,7 +675,9 @@ def _analyze_nodes(
     """`AttributionEngine.analyze_nodes` (module level: keeps the class short)."""
     started = time.perf_counter()
     with engine.fact_keys.context(job_id, cycle):  # the keys the nodes' launchers handed over
-        evidence, scanned = scan_nodes(logs, opener=engine.opener, hash_logs=engine.hash_logs)
+        evidence, scanned = scan_nodes(
+            logs, opener=engine.opener, hash_logs=engine.hash_logs, budget=engine.budget
+        )
     unread = [e["node"] for e in scanned if "error" in e]
     history = engine.history(job_id, cycle)
     stored = engine.repo.get_cycle(job_id, cycle) if engine.repo is not None else None

@@ -65,7 +65,26 @@ async def get_job(job_id: JobId, st: StateDep) -> dict[str, Any]:
     job = await asyncio.to_thread(_job, st, job_id)
     cycles = await asyncio.to_thread(st.repo.list_cycles, job_id)
     job["cycle_list"] = [_summary(c) for c in cycles]
+    # the newest complete checkpoint any cycle reported (relaunch.checkpoint)
+    job["checkpoint"] = _newest_checkpoint(cycles)
     return job
+
+
+def _newest_checkpoint(cycles: list[Any]) -> dict[str, Any] | None:
+    """{cycle, step, tier, size, at} of the highest checkpoint step the cycles stored
+    (revision 0010; the later cycle on a tie); None when none reported one."""
+    have = [c for c in cycles if c.checkpoint_step is not None]
+    if not have:
+        return None
+    c = max(have, key=lambda c: (c.checkpoint_step, c.cycle))
+    at = c.checkpoint_at
+    return {
+        "cycle": c.cycle,
+        "step": c.checkpoint_step,
+        "tier": c.checkpoint_tier,
+        "size": c.checkpoint_size,
+        "at": at.isoformat() if at is not None else None,
+    }
 
 
 def _summary(rec: Any) -> dict[str, Any]:
@@ -325,9 +344,15 @@ async def upload_fr(
     cycle: CycleNo,
     st: StateDep,
     files: Annotated[list[UploadFile], File(description="Flight Recorder dumps, one per rank")],
+    analyse: Annotated[
+        bool,
+        Query(description="re-decide the cycle now (false: the cycle's next analysis uses them)"),
+    ] = True,
 ) -> dict[str, Any] | JSONResponse:
     """Store Flight Recorder dumps with a cycle, analyse them, and re-decide the cycle's
-    verdict with the culprit ranks as evidence (when the cycle's log is known)."""
+    verdict with the culprit ranks as evidence (when the cycle's log is known). With
+    `analyse=false` (a launcher sending its dumps just before it asks for the cycle's
+    verdict) the findings are stored and the cycle's next analysis joins them."""
     if not files or len(files) > MAX_FR_FILES:
         raise ApiError("invalid_parameter", f"send 1 to {MAX_FR_FILES} dump files")
     assert st.settings.data_dir is not None
@@ -353,7 +378,7 @@ async def upload_fr(
     await asyncio.to_thread(st.engine.store_fr_findings, job_id, cycle, findings)
     verdict = None
     running = False
-    tl = await asyncio.to_thread(st.cycle_log, job_id, cycle)
+    tl = await asyncio.to_thread(st.cycle_log, job_id, cycle) if analyse else None
     if tl is not None and await asyncio.to_thread(st.log_readable, tl.path):
         fut = await asyncio.to_thread(st.analyze, tl, force=True)
         await wait_future(fut, st.settings.analysis_timeout_s)
