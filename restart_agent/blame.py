@@ -117,6 +117,32 @@ def _hang(h: dict[str, object]) -> Evidence:
     )
 
 
+def _fr_culprit(evidence: CycleEvidence, culprits: Sequence[int]) -> Evidence | None:
+    """The lowest Flight Recorder culprit rank as the cycle's root when the log has only
+    cascades (the waiting ranks' timeouts): the launcher's hang fact of that rank if it
+    declared one, else a hang named by the dumps, at the rank's exit line."""
+    rank = min(culprits)
+    facts = evidence.launcher
+    hangs = [h for h in (facts.hangs if facts else []) if h.get("rank") == rank]
+    if hangs:
+        return _hang(hangs[0])
+    exits = [x for x in (facts.exits if facts else []) if x.rank == rank]
+    msg = "never entered the collective the other ranks waited in (Flight Recorder dumps)"
+    return Evidence(
+        line=exits[0].line if exits else 0,
+        rank=rank,
+        pattern_id="fr.culprit",
+        failure_class="hang_detected",
+        domain="infrastructure",
+        role="root",
+        recoverability="retry",
+        text=f"rank {rank}: {msg}",
+        fingerprint=fingerprint("hang_detected", msg),
+        node=exits[0].node if exits else None,
+        rank_source="flight_recorder",
+    )
+
+
 def _with_rank(e: Evidence, rank: int, source: str) -> Evidence:
     return replace(e, rank=rank, rank_source=source)
 
@@ -348,6 +374,13 @@ def _pick(
             primary = ended
             reason = "the scheduler's line that gives the reason the job was cancelled"
     facts = evidence.launcher
+    if fr_culprit_ranks and not is_root:
+        culprit = _fr_culprit(evidence, fr_culprit_ranks)
+        if culprit is not None:
+            return culprit, (
+                "the Flight Recorder's culprit rank: the others waited in a collective it "
+                "never entered (no root of its own in the log)"
+            )
     silent = _silent_rank(primary, evidence) if primary is not None and not is_root else None
     # ------------------------------------------------------------ the launcher's facts
     if facts is not None:

@@ -102,6 +102,7 @@ RANK_SOURCES = {
     "prefix": "its line's rank prefix",
     "message": "the rank named in the message",
     "launcher": "the launcher's facts",
+    "flight_recorder": "the Flight Recorder dumps: the others waited in a collective it never entered",
     "elastic_root_cause": "torch elastic's Root Cause (first observed failure)",
     "elastic_failure": "torch elastic's failure summary",
     "elastic_exit": "torch elastic's failed-process line (local rank, single node)",

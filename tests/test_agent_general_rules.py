@@ -463,3 +463,24 @@ def test_a_task_exception_quoted_by_its_repr_keeps_its_type_lean() -> None:
     f, s, primary = _decisions(log)
     assert (f, s) == ("RESTART", "STOP"), primary
     assert primary.domain == "workload"
+
+
+def test_a_flight_recorder_culprit_without_a_line_of_its_own_is_the_root() -> None:
+    """Mirrors a gloo collective timeout under `relaunch run`: rank 0 times out in the
+    all-reduce (a cascade), rank 1 never entered it and was stopped silently; the dumps
+    name rank 1. Without dumps the launcher's first failing rank is blamed."""
+    from relaunch.restart_agent import LogScanner, decide
+
+    log = (
+        b"[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
+        b" Timed out waiting 3000ms for recv operation to complete\n"
+    )
+    scanner = LogScanner()
+    scanner.feed(log)
+    evidence = scanner.finish()
+    with_dumps = decide(evidence, (), fr_culprit_ranks=[1]).to_dict()
+    assert with_dumps["primary"]["rank"] == 1
+    assert with_dumps["primary"]["rank_source"] == "flight_recorder"
+    assert with_dumps["decision"] == "RESTART"
+    without = decide(evidence, ()).to_dict()
+    assert (without["primary"] or {}).get("rank") != 1

@@ -97,4 +97,8 @@ def test_a_single_node_job_sends_its_dumps_to_the_service(tmp_path: Path) -> Non
     assert sorted(p.name for p in uploads[0].iterdir()) == ["rank_0", "rank_1"]
     assert evidence["fr"]["culprit_ranks"] == [1], evidence.get("fr")
     assert verdict["fr"] == {"culprit_ranks": [1]}, json.dumps(verdict)[:3000]
+    # rank 0's timeout is a cascade; rank 1 has no line of its own: the dumps name it
+    assert verdict["primary"]["rank"] == 1, json.dumps(verdict)[:3000]
+    assert verdict["primary"]["rank_source"] == "flight_recorder"
+    assert "Blamed rank 1 (from the Flight Recorder dumps" in verdict["basis"]
     assert verdict["fr"] == {"culprit_ranks": [1]}, verdict.get("fr")
