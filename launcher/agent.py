@@ -56,12 +56,12 @@ from relaunch.launcher.console import Console
 from relaunch.launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from relaunch.launcher.exit_times import ExitTimes
 from relaunch.launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
-from relaunch.launcher.rdzv_node import uses_barrier
+from relaunch.launcher.rdzv.node import uses_barrier
+from relaunch.launcher.rdzv.worker_store import DISABLE_ENV
 from relaunch.launcher.result import LaunchResult
-from relaunch.launcher.straggler_scores import StragglerReports
+from relaunch.launcher.straggler.scores import StragglerReports
 from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
 from relaunch.launcher.validate import attribution_token
-from relaunch.launcher.worker_store import DISABLE_ENV
 from relaunch.restart_agent.model import JobState
 
 EXIT_OK = 0
@@ -649,7 +649,7 @@ class RelaunchAgent(LocalElasticAgent):
         they keep the node in the round). Best effort on elastic's dynamic rendezvous;
         other backends keep their own rules."""
         handler = self._worker_group.spec.rdzv_handler
-        if hasattr(handler, "leave_round"):  # the barrier rendezvous (launcher.rdzv_barrier)
+        if hasattr(handler, "leave_round"):  # the barrier rendezvous (launcher.rdzv.barrier)
             handler.leave_round()
             return
         if self._cycle_no < 0:
@@ -1158,7 +1158,7 @@ def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> An
     """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
     (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
     if uses_barrier(settings):
-        from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
+        from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
 
         return BarrierRendezvousHandler(
             params,
@@ -1225,7 +1225,7 @@ def _torch_store_sharing_off(settings: RunSettings) -> Iterator[None]:
     without a per-attempt prefix, so after a restart gloo can read the dead cycle's addresses
     ("connectFullMesh failed ... Connection refused") or wait on them; with sharing off,
     worker rank 0 hosts a fresh store per round. The barrier rendezvous hosts a fresh one per
-    round itself (`launcher.worker_store`). A value the user set is kept; the one set here is
+    round itself (`launcher.rdzv.worker_store`). A value the user set is kept; the one set here is
     removed afterwards, so a later in-process launch does not inherit it.
     """
     if uses_barrier(settings) or DISABLE_ENV in os.environ:
@@ -1304,7 +1304,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
         if agent is not None:
             handler = agent._worker_group.spec.rdzv_handler
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                from relaunch.launcher.rdzv_barrier import on_exit
+                from relaunch.launcher.rdzv.barrier import on_exit
 
                 on_exit(handler, agent.terminal)
             agent.close_funnel()  # the others saw the end (on_exit waits for them)
