@@ -56,6 +56,7 @@ from relaunch.launcher.console import Console
 from relaunch.launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from relaunch.launcher.exit_times import ExitTimes
 from relaunch.launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
+from relaunch.launcher.outcome import ExitCode, JobOutcome, signal_code
 from relaunch.launcher.rdzv.node import uses_barrier
 from relaunch.launcher.rdzv.worker_store import DISABLE_ENV
 from relaunch.launcher.result import LaunchResult
@@ -64,12 +65,13 @@ from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
 from relaunch.launcher.validate import attribution_token
 from relaunch.restart_agent.model import JobState
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # workers failed and the restart budget is spent
-EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
-EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
-EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
-EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
+# the exit codes under their former names (launcher.outcome.ExitCode)
+EXIT_OK = ExitCode.OK
+EXIT_FAILED = ExitCode.FAILED
+EXIT_STOPPED = ExitCode.STOPPED
+EXIT_NODE_UNHEALTHY = ExitCode.NODE_UNHEALTHY
+EXIT_RENDEZVOUS = ExitCode.RENDEZVOUS
+EXIT_NO_PROGRESS = ExitCode.NO_PROGRESS
 # relaunch.checkpoint.ENV_RESUME, spelled again: that module imports torch's DCP, which the
 # launcher does not need (tests/test_checkpoint.py checks the two agree)
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
@@ -204,27 +206,6 @@ def install_signal_handlers() -> dict[signal.Signals, Any]:
         with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
             previous[sig] = signal.signal(sig, _raise_signal)
     return previous
-
-
-def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[JobState, str]:
-    """The job's recorded final state and why, from the launcher's exit code."""
-    if code == EXIT_OK:
-        return JobState.SUCCEEDED, "all ranks exited with code 0"
-    if code == EXIT_STOPPED and stop is not None:
-        return JobState.STOPPED, f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
-    if code == EXIT_NODE_UNHEALTHY:
-        return JobState.FAILED, "the node health check found this node unhealthy"
-    if code == EXIT_NO_PROGRESS:
-        return JobState.STOPPED, "no progress (see the progress guard line)"
-    if code == EXIT_RENDEZVOUS:
-        return JobState.FAILED, "the rendezvous failed on this node (see the launcher's line)"
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = f"signal {code - 128}"
-        return JobState.INTERRUPTED, f"the launcher received {name}; workers stopped"
-    return JobState.FAILED, f"restart budget ({max_restarts}) spent"
 
 
 class RelaunchAgent(LocalElasticAgent):
@@ -1003,73 +984,76 @@ class RelaunchAgent(LocalElasticAgent):
     def run_job(self) -> int:
         """Run until success, budget spent, STOP or a signal; record the end; return the
         exit code."""
-        code = EXIT_FAILED
-        note: str | None = None
+        out = JobOutcome()
         try:
             result = self.run()
             if result is not None and not result.is_failed():
-                code = EXIT_OK
+                out.code = ExitCode.OK
             self.terminal = (
-                JobState.SUCCEEDED if code == EXIT_OK else JobState.FAILED
+                JobState.SUCCEEDED if out.code == ExitCode.OK else JobState.FAILED
             )  # job-wide: budget
         except _StopJob:
-            code = EXIT_STOPPED
+            out.code = ExitCode.STOPPED
             self.terminal = JobState.STOPPED
         except _NodeUnhealthy as exc:
             self.unhealthy_reason = str(exc)
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
-            code = EXIT_NODE_UNHEALTHY
+            out.code = ExitCode.NODE_UNHEALTHY
         except _NoProgress as exc:
-            code = EXIT_NO_PROGRESS
+            out.code = ExitCode.NO_PROGRESS
             self.terminal = JobState.STOPPED  # the progress guard's decision is job-wide
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
-            self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
+            self._event(f"job ended (exit code {int(ExitCode.NO_PROGRESS)}): {exc}")
         except RendezvousClosedError:
-            note = "the rendezvous was closed by another node (the job ended there)"
+            out.note = "the rendezvous was closed by another node (the job ended there)"
             reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
             if reason == JobState.SUCCEEDED:  # closed while this node waited as a hot spare
-                code = EXIT_OK
-                note = "standby: the job succeeded without needing this node"
-            self.say(note)
+                out.code = ExitCode.OK
+                out.note = "standby: the job succeeded without needing this node"
+            self.say(out.note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
-            code = EXIT_RENDEZVOUS
-            note = f"rendezvous failed on this node: {exc}"
-            self.say(note)
+            out.code = ExitCode.RENDEZVOUS
+            out.note = f"rendezvous failed on this node: {exc}"
+            self.say(out.note)
         except Exception as exc:  # a signal (elastic stopped the workers), maybe masked
             sig = signal_behind(exc)
             if sig is None:
                 raise
             self._signal_seen = True
-            code = 128 + int(sig.sigval)
+            out.code = signal_code(sig.sigval)
             self.say(f"received {sig.sigval.name}; workers stopped")
         finally:
             st = self._state
             if st is not None and not st.ended:
-                if code == EXIT_OK:
-                    self._end_cycle(JobState.SUCCEEDED)
-                elif code > 128:
+                if out.interrupted:
                     st.failure = st.failure or "interrupted by a signal"
-                    self._end_cycle(JobState.INTERRUPTED)
-                else:
-                    self._end_cycle(JobState.STOPPED if st.stopped_by_verdict else JobState.FAILED)
-        if code > 128:
+                self._end_cycle(out.cycle_end_state(st.stopped_by_verdict))
+        self._finish(out)
+        return int(out.code)
+
+    def _finish(self, out: JobOutcome) -> None:
+        """After the last cycle: wait for (or skip) the last verdict, act on a STOP that
+        arrived, say how the job ended, record the end."""
+        if out.interrupted:
             self.attribution.skip_analyses()  # the user wants out: records only
-        elif code != EXIT_OK and not self.attribution.drain():
+        elif out.code != ExitCode.OK and not self.attribution.drain():
             self.say("warning: the last verdict did not arrive within its time budget")
-        if code == EXIT_NO_PROGRESS and self.stop_verdict is not None:
+        if out.code == ExitCode.NO_PROGRESS and self.stop_verdict is not None:
             # the guard ended the job at the cycle boundary, before the verdict arrived: its
             # decision (synchronous, the same on every node) stands, the STOP agrees
             v, self.stop_verdict = self.stop_verdict, None
             self.recorded_stops.append(v)
-        if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
-            code = EXIT_STOPPED
+        stop = self.stop_verdict
+        if stop is not None and out.apply_stop(stop):
             if self.terminal is not None:
                 self.terminal = JobState.STOPPED
-            v = self.stop_verdict
-            self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
-            self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
-        elif code == EXIT_OK:
+            self.say(f"job stopped by verdict for cycle {stop.cycle}: {stop.reason}")
+            self._event(
+                f"job stopped (exit code {int(ExitCode.STOPPED)}): "
+                f"STOP verdict for cycle {stop.cycle}"
+            )
+        elif out.code == ExitCode.OK:
             if self.settings.max_nodes > 1:  # a promoted spare ran fewer cycles than its peers
                 self.say(
                     f"job {self.settings.job_id} succeeded in cycle {self._cycle_no} "
@@ -1079,33 +1063,32 @@ class RelaunchAgent(LocalElasticAgent):
                 self.say(
                     f"job {self.settings.job_id} succeeded after {self._cycles_started} cycle(s)"
                 )
-        elif code == EXIT_FAILED and note is None:
+        elif out.code == ExitCode.FAILED and out.note is None:
             self.say(
                 f"job {self.settings.job_id} failed: restart budget ({self.settings.max_restarts}) spent"
             )
-            self._event(f"job failed (exit code {EXIT_FAILED}): restart budget spent")
+            self._event(f"job failed (exit code {int(ExitCode.FAILED)}): restart budget spent")
         for v in self.recorded_stops:
             self.say(
                 f"note: STOP verdict for cycle {v.cycle} was recorded, not acted on: {v.reason}"
             )
-        self._record_final(code, note)
+        self._record_final(out)
         self._flush_late_lines()
-        return code
 
-    def _record_final(self, code: int, note: str | None) -> None:
-        """The job's final state and exit code go to the history. A node that leaves an
-        elastic job (unhealthy) or whose job another node closed does not end the job."""
-        if note is not None:
+    def _record_final(self, out: JobOutcome) -> None:
+        """The job's final state and exit code go to the history, when this node ends the
+        job (`JobOutcome.record`)."""
+        final = out.record(
+            max_restarts=self.settings.max_restarts,
+            max_nodes=self.settings.max_nodes,
+            stop=self.stop_verdict,
+            no_progress_reason=self.no_progress_reason,
+            unhealthy_reason=self.unhealthy_reason,
+        )
+        if final is None:
             return
-        if code == EXIT_NODE_UNHEALTHY and self.settings.max_nodes > 1:
-            return
-        state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
-        if code == EXIT_NO_PROGRESS and self.no_progress_reason:
-            reason = self.no_progress_reason
-        if code == EXIT_NODE_UNHEALTHY and self.unhealthy_reason:
-            reason = f"{reason}: {self.unhealthy_reason}"[:2000]  # which check, and why
-        self.final = (state, code, reason)
-        self.attribution.end_job(self.settings.job_id, state, code, reason)
+        self.final = final
+        self.attribution.end_job(self.settings.job_id, *final)
 
     def abandon_flush(self) -> None:
         """A signal after the first: stop waiting for the history (called from a signal
@@ -1260,7 +1243,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
     _received.clear()
     previous = install_signal_handlers()
     agent: RelaunchAgent | None = None
-    code = EXIT_FAILED
+    code = int(ExitCode.FAILED)
     try:
         spec = build_spec(settings)
         if settings.numa_binding:
@@ -1270,7 +1253,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
                 line = apply_numa_binding(spec, settings.numa_binding, settings.nproc_per_node)
             except NumaError as exc:
                 print(f"relaunch: error: --numa-binding: {exc}", file=out, flush=True)
-                return LaunchResult(2)
+                return LaunchResult(int(ExitCode.USAGE))
             print(f"relaunch: {line}", file=out, flush=True)
         agent = RelaunchAgent(
             spec,
@@ -1287,10 +1270,10 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
         _on_later_signal.append(agent.abandon_flush)
         code = agent.run_job()
     except SignalException as exc:  # before the agent ran (building the rendezvous)
-        code = 128 + int(exc.sigval)
+        code = signal_code(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
     except RendezvousError as exc:  # building the rendezvous: the store is unreachable
-        code = EXIT_RENDEZVOUS
+        code = int(ExitCode.RENDEZVOUS)
         print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
     finally:
         if agent is not None:
