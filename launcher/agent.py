@@ -60,6 +60,8 @@ from relaunch.launcher.outcome import ExitCode, JobOutcome, signal_code
 from relaunch.launcher.rdzv.node import uses_barrier
 from relaunch.launcher.rdzv.worker_store import DISABLE_ENV
 from relaunch.launcher.result import LaunchResult
+from relaunch.launcher.signal_state import HANDLED_SIGNALS as HANDLED_SIGNALS  # its old home
+from relaunch.launcher.signal_state import SignalState
 from relaunch.launcher.straggler.scores import StragglerReports
 from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
 from relaunch.launcher.validate import attribution_token
@@ -84,7 +86,6 @@ EMBEDDED_MULTINODE = (
 )
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class _StopJob(Exception):
@@ -151,31 +152,7 @@ def _describe_exit(rank: int, exitcode: int) -> str:
     return f"rank {rank} exited with code {exitcode}"
 
 
-_received: list[signal.Signals] = []  # signals received, in order (the handler appends)
-_on_later_signal: list[Any] = []  # called by the handler for every signal after the first
-
-
-def _raise_signal(signum: int, frame: Any) -> None:
-    """The first signal becomes a SignalException in the main thread, like elastic's own
-    handler; it is also remembered, so that one swallowed by a broad `except Exception`
-    on its way (in elastic or a library) is raised again at the agent's next step
-    (`_check_signal`).
-
-    Later signals never raise: they arrive while the launcher stops the workers and
-    flushes, or while the interpreter shuts down. An exception there (the old behaviour,
-    e.g. a second Ctrl-C) interrupts `threading._shutdown` or an atexit finalizer such as
-    the one that joins elastic's rendezvous keep-alive thread; that thread is then still
-    inside a TCPStore call when the interpreter finalizes, and the forced unwind of a
-    thread that cannot get the GIL back through C++ ends in `std::terminate`
-    ("terminate called without an active exception", exit 134). A later signal only asks
-    to abandon the history flush (`_on_later_signal`: sets flags, takes no lock)."""
-    sig = signal.Signals(signum)
-    _received.append(sig)
-    if len(_received) > 1:
-        for fn in list(_on_later_signal):
-            fn()
-        return
-    raise SignalException(f"process {os.getpid()} got signal {signum}", sig)
+SIGNALS = SignalState()  # the signals this process received (launcher.signal_state)
 
 
 def signal_behind(exc: BaseException) -> SignalException | None:
@@ -201,11 +178,7 @@ def install_signal_handlers() -> dict[signal.Signals, Any]:
     workers start), SIGINT/SIGTERM/SIGHUP/SIGQUIT end the job through `run_job`'s path:
     workers stopped, history flushed, exit 128+N. Also when the shell started the
     launcher with SIGINT ignored (a background job). Returns the handlers replaced."""
-    previous: dict[signal.Signals, Any] = {}
-    for sig in HANDLED_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
-            previous[sig] = signal.signal(sig, _raise_signal)
-    return previous
+    return SIGNALS.install()
 
 
 class RelaunchAgent(LocalElasticAgent):
@@ -513,8 +486,8 @@ class RelaunchAgent(LocalElasticAgent):
     # -- elastic hooks ------------------------------------------------------------
     def _check_signal(self) -> None:
         """Raise again a signal whose SignalException was lost on its way up."""
-        if _received and not self._signal_seen:
-            sig = _received[0]
+        sig = SIGNALS.first()
+        if sig is not None and not self._signal_seen:
             raise SignalException(f"process {os.getpid()} got signal {int(sig)}", sig)
 
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
@@ -1240,7 +1213,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
 
     if sink_factory is None and settings.ft_log_funnel and settings.ft_log_funnel != "auto":
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
-    _received.clear()
+    SIGNALS.clear()
     previous = install_signal_handlers()
     agent: RelaunchAgent | None = None
     code = int(ExitCode.FAILED)
@@ -1267,7 +1240,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
             spec.rdzv_handler.report = agent.say
         if hasattr(spec.rdzv_handler, "warn"):  # e.g. the workers' store fell back
             spec.rdzv_handler.warn = agent._warn
-        _on_later_signal.append(agent.abandon_flush)
+        SIGNALS.on_later.append(agent.abandon_flush)
         code = agent.run_job()
     except SignalException as exc:  # before the agent ran (building the rendezvous)
         code = signal_code(exc.sigval)
@@ -1278,8 +1251,8 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
     finally:
         if agent is not None:
             agent.close()
-            if agent.abandon_flush in _on_later_signal:
-                _on_later_signal.remove(agent.abandon_flush)
+            if agent.abandon_flush in SIGNALS.on_later:
+                SIGNALS.on_later.remove(agent.abandon_flush)
         # Only a job-wide outcome closes the shared rendezvous (NVRx #421): success, the
         # restart budget spent, a STOP acted on. A node that leaves (unhealthy), is
         # interrupted or fails locally (an exception in this launcher) leaves it open: with
