@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 
-from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
+from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
 
 # As `relaunch run`: the barrier's group rank 0 binds the workers' store of each round
-# (launcher.worker_store) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set; torch's handler
+# (launcher.rdzv.worker_store) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set; torch's handler
 # binds its own once.
 
 

@@ -32,7 +32,7 @@ def _node(impl: str, port: int, n: int, run_id: str, ready: Any, go: Any, out: A
                                   local_addr="127.0.0.1", is_host="false",
                                   read_timeout=600, join_timeout=600)  # fmt: skip
     if impl == "barrier":
-        from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
+        from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
 
         client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=600))
         handler: Any = BarrierRendezvousHandler(params, store=client, secret=b"b" * 32)
@@ -55,7 +55,7 @@ def trial(impl: str, n: int) -> tuple[float, float]:
 
     from torch.distributed import TCPStore
 
-    from relaunch.launcher.rdzv_store import bound_listener
+    from relaunch.launcher.rdzv.store import bound_listener
 
     ctx = mp.get_context("fork")
     listener = bound_listener("127.0.0.1", 0)
@@ -102,7 +102,7 @@ def store_ops_per_s(clients: int = 8, seconds: float = 3.0) -> float:
     """Operations per second one store host serves to `clients` processes polling it."""
     from torch.distributed import TCPStore
 
-    from relaunch.launcher.rdzv_store import bound_listener
+    from relaunch.launcher.rdzv.store import bound_listener
 
     ctx = mp.get_context("fork")
     listener = bound_listener("127.0.0.1", 0)
@@ -132,7 +132,7 @@ def model(n: int, ops_per_s: float, phase: str) -> float:
     node's fixed operations go through the one store host, plus the pollers' load on it
     while the round gathers (at most POLLS_PER_S polls/s in all), plus one last poll
     interval for the last waiter to see the result (the poll backoff's cap)."""
-    from relaunch.launcher.rdzv_barrier import POLLS_PER_S
+    from relaunch.launcher.rdzv.barrier import POLLS_PER_S
 
     work = n * OPS_JOIN[phase] + OPS_CLOSER[phase] + 2 * n  # + the closer's 2n keys read
     cap = max(0.1, n / POLLS_PER_S)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._timing import timed_median
-from relaunch.launcher.straggler_worker import StragglerTimer
+from relaunch.launcher.straggler.worker import StragglerTimer
 
 
 def main() -> int:

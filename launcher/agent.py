@@ -56,20 +56,24 @@ from relaunch.launcher.console import Console
 from relaunch.launcher.cycle_log import CycleLog, FileSink, LineSink, RankLogsSpecs, cycle_log_name
 from relaunch.launcher.exit_times import ExitTimes
 from relaunch.launcher.heartbeat import ENV_CYCLE, ENV_SOCKET, HeartbeatServer, RankMonitor
-from relaunch.launcher.rdzv_node import uses_barrier
+from relaunch.launcher.outcome import ExitCode, JobOutcome, signal_code
+from relaunch.launcher.rdzv.node import uses_barrier
+from relaunch.launcher.rdzv.worker_store import DISABLE_ENV
 from relaunch.launcher.result import LaunchResult
-from relaunch.launcher.straggler_scores import StragglerReports
+from relaunch.launcher.signal_state import HANDLED_SIGNALS as HANDLED_SIGNALS  # its old home
+from relaunch.launcher.signal_state import SignalState
+from relaunch.launcher.straggler.scores import StragglerReports
 from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
 from relaunch.launcher.validate import attribution_token
-from relaunch.launcher.worker_store import DISABLE_ENV
 from relaunch.restart_agent.model import JobState
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # workers failed and the restart budget is spent
-EXIT_STOPPED = 3  # a STOP verdict ended the job (--ft-attribution-stop-action no-restart)
-EXIT_NODE_UNHEALTHY = 4  # the node health preflight failed before a rendezvous
-EXIT_RENDEZVOUS = 6  # this node's rendezvous failed: store unreachable or lost, no round formed
-EXIT_NO_PROGRESS = 5  # the launcher's progress guard ended the job (launcher.progress_guard)
+# the exit codes under their former names (launcher.outcome.ExitCode)
+EXIT_OK = ExitCode.OK
+EXIT_FAILED = ExitCode.FAILED
+EXIT_STOPPED = ExitCode.STOPPED
+EXIT_NODE_UNHEALTHY = ExitCode.NODE_UNHEALTHY
+EXIT_RENDEZVOUS = ExitCode.RENDEZVOUS
+EXIT_NO_PROGRESS = ExitCode.NO_PROGRESS
 # relaunch.checkpoint.ENV_RESUME, spelled again: that module imports torch's DCP, which the
 # launcher does not need (tests/test_checkpoint.py checks the two agree)
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
@@ -82,7 +86,6 @@ EMBEDDED_MULTINODE = (
 )
 RELEASE_AFTER_S = 2.0  # analyses wait at most this long after a (re)start for workers to be up
 STORED_HISTORY_WAIT_S = 60.0  # longest the first cycle waits to learn the stored history
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class _StopJob(Exception):
@@ -149,31 +152,7 @@ def _describe_exit(rank: int, exitcode: int) -> str:
     return f"rank {rank} exited with code {exitcode}"
 
 
-_received: list[signal.Signals] = []  # signals received, in order (the handler appends)
-_on_later_signal: list[Any] = []  # called by the handler for every signal after the first
-
-
-def _raise_signal(signum: int, frame: Any) -> None:
-    """The first signal becomes a SignalException in the main thread, like elastic's own
-    handler; it is also remembered, so that one swallowed by a broad `except Exception`
-    on its way (in elastic or a library) is raised again at the agent's next step
-    (`_check_signal`).
-
-    Later signals never raise: they arrive while the launcher stops the workers and
-    flushes, or while the interpreter shuts down. An exception there (the old behaviour,
-    e.g. a second Ctrl-C) interrupts `threading._shutdown` or an atexit finalizer such as
-    the one that joins elastic's rendezvous keep-alive thread; that thread is then still
-    inside a TCPStore call when the interpreter finalizes, and the forced unwind of a
-    thread that cannot get the GIL back through C++ ends in `std::terminate`
-    ("terminate called without an active exception", exit 134). A later signal only asks
-    to abandon the history flush (`_on_later_signal`: sets flags, takes no lock)."""
-    sig = signal.Signals(signum)
-    _received.append(sig)
-    if len(_received) > 1:
-        for fn in list(_on_later_signal):
-            fn()
-        return
-    raise SignalException(f"process {os.getpid()} got signal {signum}", sig)
+SIGNALS = SignalState()  # the signals this process received (launcher.signal_state)
 
 
 def signal_behind(exc: BaseException) -> SignalException | None:
@@ -199,32 +178,7 @@ def install_signal_handlers() -> dict[signal.Signals, Any]:
     workers start), SIGINT/SIGTERM/SIGHUP/SIGQUIT end the job through `run_job`'s path:
     workers stopped, history flushed, exit 128+N. Also when the shell started the
     launcher with SIGINT ignored (a background job). Returns the handlers replaced."""
-    previous: dict[signal.Signals, Any] = {}
-    for sig in HANDLED_SIGNALS:
-        with contextlib.suppress(ValueError, OSError):  # not the main thread: leave as is
-            previous[sig] = signal.signal(sig, _raise_signal)
-    return previous
-
-
-def _final_state(code: int, max_restarts: int, stop: VerdictInfo | None) -> tuple[JobState, str]:
-    """The job's recorded final state and why, from the launcher's exit code."""
-    if code == EXIT_OK:
-        return JobState.SUCCEEDED, "all ranks exited with code 0"
-    if code == EXIT_STOPPED and stop is not None:
-        return JobState.STOPPED, f"STOP verdict for cycle {stop.cycle}: {stop.reason}"
-    if code == EXIT_NODE_UNHEALTHY:
-        return JobState.FAILED, "the node health check found this node unhealthy"
-    if code == EXIT_NO_PROGRESS:
-        return JobState.STOPPED, "no progress (see the progress guard line)"
-    if code == EXIT_RENDEZVOUS:
-        return JobState.FAILED, "the rendezvous failed on this node (see the launcher's line)"
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = f"signal {code - 128}"
-        return JobState.INTERRUPTED, f"the launcher received {name}; workers stopped"
-    return JobState.FAILED, f"restart budget ({max_restarts}) spent"
+    return SIGNALS.install()
 
 
 class RelaunchAgent(LocalElasticAgent):
@@ -532,8 +486,8 @@ class RelaunchAgent(LocalElasticAgent):
     # -- elastic hooks ------------------------------------------------------------
     def _check_signal(self) -> None:
         """Raise again a signal whose SignalException was lost on its way up."""
-        if _received and not self._signal_seen:
-            sig = _received[0]
+        sig = SIGNALS.first()
+        if sig is not None and not self._signal_seen:
             raise SignalException(f"process {os.getpid()} got signal {int(sig)}", sig)
 
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
@@ -649,7 +603,7 @@ class RelaunchAgent(LocalElasticAgent):
         they keep the node in the round). Best effort on elastic's dynamic rendezvous;
         other backends keep their own rules."""
         handler = self._worker_group.spec.rdzv_handler
-        if hasattr(handler, "leave_round"):  # the barrier rendezvous (launcher.rdzv_barrier)
+        if hasattr(handler, "leave_round"):  # the barrier rendezvous (launcher.rdzv.barrier)
             handler.leave_round()
             return
         if self._cycle_no < 0:
@@ -1003,73 +957,76 @@ class RelaunchAgent(LocalElasticAgent):
     def run_job(self) -> int:
         """Run until success, budget spent, STOP or a signal; record the end; return the
         exit code."""
-        code = EXIT_FAILED
-        note: str | None = None
+        out = JobOutcome()
         try:
             result = self.run()
             if result is not None and not result.is_failed():
-                code = EXIT_OK
+                out.code = ExitCode.OK
             self.terminal = (
-                JobState.SUCCEEDED if code == EXIT_OK else JobState.FAILED
+                JobState.SUCCEEDED if out.code == ExitCode.OK else JobState.FAILED
             )  # job-wide: budget
         except _StopJob:
-            code = EXIT_STOPPED
+            out.code = ExitCode.STOPPED
             self.terminal = JobState.STOPPED
         except _NodeUnhealthy as exc:
             self.unhealthy_reason = str(exc)
             self.say(f"node unhealthy, not joining the rendezvous: {exc}")
             self._event(f"node unhealthy: {exc}")
-            code = EXIT_NODE_UNHEALTHY
+            out.code = ExitCode.NODE_UNHEALTHY
         except _NoProgress as exc:
-            code = EXIT_NO_PROGRESS
+            out.code = ExitCode.NO_PROGRESS
             self.terminal = JobState.STOPPED  # the progress guard's decision is job-wide
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
-            self._event(f"job ended (exit code {EXIT_NO_PROGRESS}): {exc}")
+            self._event(f"job ended (exit code {int(ExitCode.NO_PROGRESS)}): {exc}")
         except RendezvousClosedError:
-            note = "the rendezvous was closed by another node (the job ended there)"
+            out.note = "the rendezvous was closed by another node (the job ended there)"
             reason = getattr(self._worker_group.spec.rdzv_handler, "closed_reason", None)
             if reason == JobState.SUCCEEDED:  # closed while this node waited as a hot spare
-                code = EXIT_OK
-                note = "standby: the job succeeded without needing this node"
-            self.say(note)
+                out.code = ExitCode.OK
+                out.note = "standby: the job succeeded without needing this node"
+            self.say(out.note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
-            code = EXIT_RENDEZVOUS
-            note = f"rendezvous failed on this node: {exc}"
-            self.say(note)
+            out.code = ExitCode.RENDEZVOUS
+            out.note = f"rendezvous failed on this node: {exc}"
+            self.say(out.note)
         except Exception as exc:  # a signal (elastic stopped the workers), maybe masked
             sig = signal_behind(exc)
             if sig is None:
                 raise
             self._signal_seen = True
-            code = 128 + int(sig.sigval)
+            out.code = signal_code(sig.sigval)
             self.say(f"received {sig.sigval.name}; workers stopped")
         finally:
             st = self._state
             if st is not None and not st.ended:
-                if code == EXIT_OK:
-                    self._end_cycle(JobState.SUCCEEDED)
-                elif code > 128:
+                if out.interrupted:
                     st.failure = st.failure or "interrupted by a signal"
-                    self._end_cycle(JobState.INTERRUPTED)
-                else:
-                    self._end_cycle(JobState.STOPPED if st.stopped_by_verdict else JobState.FAILED)
-        if code > 128:
+                self._end_cycle(out.cycle_end_state(st.stopped_by_verdict))
+        self._finish(out)
+        return int(out.code)
+
+    def _finish(self, out: JobOutcome) -> None:
+        """After the last cycle: wait for (or skip) the last verdict, act on a STOP that
+        arrived, say how the job ended, record the end."""
+        if out.interrupted:
             self.attribution.skip_analyses()  # the user wants out: records only
-        elif code != EXIT_OK and not self.attribution.drain():
+        elif out.code != ExitCode.OK and not self.attribution.drain():
             self.say("warning: the last verdict did not arrive within its time budget")
-        if code == EXIT_NO_PROGRESS and self.stop_verdict is not None:
+        if out.code == ExitCode.NO_PROGRESS and self.stop_verdict is not None:
             # the guard ended the job at the cycle boundary, before the verdict arrived: its
             # decision (synchronous, the same on every node) stands, the STOP agrees
             v, self.stop_verdict = self.stop_verdict, None
             self.recorded_stops.append(v)
-        if self.stop_verdict is not None and code != EXIT_OK and code <= 128:
-            code = EXIT_STOPPED
+        stop = self.stop_verdict
+        if stop is not None and out.apply_stop(stop):
             if self.terminal is not None:
                 self.terminal = JobState.STOPPED
-            v = self.stop_verdict
-            self.say(f"job stopped by verdict for cycle {v.cycle}: {v.reason}")
-            self._event(f"job stopped (exit code {EXIT_STOPPED}): STOP verdict for cycle {v.cycle}")
-        elif code == EXIT_OK:
+            self.say(f"job stopped by verdict for cycle {stop.cycle}: {stop.reason}")
+            self._event(
+                f"job stopped (exit code {int(ExitCode.STOPPED)}): "
+                f"STOP verdict for cycle {stop.cycle}"
+            )
+        elif out.code == ExitCode.OK:
             if self.settings.max_nodes > 1:  # a promoted spare ran fewer cycles than its peers
                 self.say(
                     f"job {self.settings.job_id} succeeded in cycle {self._cycle_no} "
@@ -1079,33 +1036,32 @@ class RelaunchAgent(LocalElasticAgent):
                 self.say(
                     f"job {self.settings.job_id} succeeded after {self._cycles_started} cycle(s)"
                 )
-        elif code == EXIT_FAILED and note is None:
+        elif out.code == ExitCode.FAILED and out.note is None:
             self.say(
                 f"job {self.settings.job_id} failed: restart budget ({self.settings.max_restarts}) spent"
             )
-            self._event(f"job failed (exit code {EXIT_FAILED}): restart budget spent")
+            self._event(f"job failed (exit code {int(ExitCode.FAILED)}): restart budget spent")
         for v in self.recorded_stops:
             self.say(
                 f"note: STOP verdict for cycle {v.cycle} was recorded, not acted on: {v.reason}"
             )
-        self._record_final(code, note)
+        self._record_final(out)
         self._flush_late_lines()
-        return code
 
-    def _record_final(self, code: int, note: str | None) -> None:
-        """The job's final state and exit code go to the history. A node that leaves an
-        elastic job (unhealthy) or whose job another node closed does not end the job."""
-        if note is not None:
+    def _record_final(self, out: JobOutcome) -> None:
+        """The job's final state and exit code go to the history, when this node ends the
+        job (`JobOutcome.record`)."""
+        final = out.record(
+            max_restarts=self.settings.max_restarts,
+            max_nodes=self.settings.max_nodes,
+            stop=self.stop_verdict,
+            no_progress_reason=self.no_progress_reason,
+            unhealthy_reason=self.unhealthy_reason,
+        )
+        if final is None:
             return
-        if code == EXIT_NODE_UNHEALTHY and self.settings.max_nodes > 1:
-            return
-        state, reason = _final_state(code, self.settings.max_restarts, self.stop_verdict)
-        if code == EXIT_NO_PROGRESS and self.no_progress_reason:
-            reason = self.no_progress_reason
-        if code == EXIT_NODE_UNHEALTHY and self.unhealthy_reason:
-            reason = f"{reason}: {self.unhealthy_reason}"[:2000]  # which check, and why
-        self.final = (state, code, reason)
-        self.attribution.end_job(self.settings.job_id, state, code, reason)
+        self.final = final
+        self.attribution.end_job(self.settings.job_id, *final)
 
     def abandon_flush(self) -> None:
         """A signal after the first: stop waiting for the history (called from a signal
@@ -1158,7 +1114,7 @@ def make_rdzv_handler(settings: RunSettings, params: RendezvousParameters) -> An
     """The barrier rendezvous for `--rdzv-backend c10d` (default), else torch's registry
     (`static`, `etcd`, or `--ft-rdzv-impl c10d`: torch's dynamic rendezvous)."""
     if uses_barrier(settings):
-        from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
+        from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
 
         return BarrierRendezvousHandler(
             params,
@@ -1225,7 +1181,7 @@ def _torch_store_sharing_off(settings: RunSettings) -> Iterator[None]:
     without a per-attempt prefix, so after a restart gloo can read the dead cycle's addresses
     ("connectFullMesh failed ... Connection refused") or wait on them; with sharing off,
     worker rank 0 hosts a fresh store per round. The barrier rendezvous hosts a fresh one per
-    round itself (`launcher.worker_store`). A value the user set is kept; the one set here is
+    round itself (`launcher.rdzv.worker_store`). A value the user set is kept; the one set here is
     removed afterwards, so a later in-process launch does not inherit it.
     """
     if uses_barrier(settings) or DISABLE_ENV in os.environ:
@@ -1257,10 +1213,10 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
 
     if sink_factory is None and settings.ft_log_funnel and settings.ft_log_funnel != "auto":
         sink_factory = funnel_sink_factory(settings.ft_log_funnel)
-    _received.clear()
+    SIGNALS.clear()
     previous = install_signal_handlers()
     agent: RelaunchAgent | None = None
-    code = EXIT_FAILED
+    code = int(ExitCode.FAILED)
     try:
         spec = build_spec(settings)
         if settings.numa_binding:
@@ -1270,7 +1226,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
                 line = apply_numa_binding(spec, settings.numa_binding, settings.nproc_per_node)
             except NumaError as exc:
                 print(f"relaunch: error: --numa-binding: {exc}", file=out, flush=True)
-                return LaunchResult(2)
+                return LaunchResult(int(ExitCode.USAGE))
             print(f"relaunch: {line}", file=out, flush=True)
         agent = RelaunchAgent(
             spec,
@@ -1284,19 +1240,19 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
             spec.rdzv_handler.report = agent.say
         if hasattr(spec.rdzv_handler, "warn"):  # e.g. the workers' store fell back
             spec.rdzv_handler.warn = agent._warn
-        _on_later_signal.append(agent.abandon_flush)
+        SIGNALS.on_later.append(agent.abandon_flush)
         code = agent.run_job()
     except SignalException as exc:  # before the agent ran (building the rendezvous)
-        code = 128 + int(exc.sigval)
+        code = signal_code(exc.sigval)
         print(f"relaunch: received {exc.sigval.name}; no worker was started", file=out)
     except RendezvousError as exc:  # building the rendezvous: the store is unreachable
-        code = EXIT_RENDEZVOUS
+        code = int(ExitCode.RENDEZVOUS)
         print(f"relaunch: error: {exc}; no worker was started", file=out, flush=True)
     finally:
         if agent is not None:
             agent.close()
-            if agent.abandon_flush in _on_later_signal:
-                _on_later_signal.remove(agent.abandon_flush)
+            if agent.abandon_flush in SIGNALS.on_later:
+                SIGNALS.on_later.remove(agent.abandon_flush)
         # Only a job-wide outcome closes the shared rendezvous (NVRx #421): success, the
         # restart budget spent, a STOP acted on. A node that leaves (unhealthy), is
         # interrupted or fails locally (an exception in this launcher) leaves it open: with
@@ -1304,7 +1260,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
         if agent is not None:
             handler = agent._worker_group.spec.rdzv_handler
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
-                from relaunch.launcher.rdzv_barrier import on_exit
+                from relaunch.launcher.rdzv.barrier import on_exit
 
                 on_exit(handler, agent.terminal)
             agent.close_funnel()  # the others saw the end (on_exit waits for them)

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from relaunch.launcher.straggler_worker import StragglerTimer
+from relaunch.launcher.straggler.worker import StragglerTimer
 
 __all__ = [
     "heartbeat",

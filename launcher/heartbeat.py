@@ -95,7 +95,7 @@ def clean_message(msg: Any) -> dict[str, Any] | None:
     Keeps `r` (rank), `c` (cycle), `k` (kind), `t` (float), `o` (open section or None),
     `s` (section), `i` (iteration), `ckpt` (checkpoint path) with, for a completed
     checkpoint, `cs` (step), `ct` (tier), `cb` (bytes), `cd` (seconds) and, for straggler
-    summaries, `n` and `sec` (validated by `launcher.straggler_scores`)."""
+    summaries, `n` and `sec` (validated by `launcher.straggler.scores`)."""
     if not isinstance(msg, dict):
         return None
     rank = _int(msg.get("r"), 0, MAX_RANK)

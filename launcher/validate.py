@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from relaunch.launcher.config import ConfigError, RunSettings
-from relaunch.launcher.config_values import rdzv_conf_numbers
+from relaunch.launcher.config.values import rdzv_conf_numbers
 
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from relaunch.cli.errors import UserError
-from relaunch.cli.progress import ProgressBar
+from relaunch.cli.progress_bar import ProgressBar
 from relaunch.restart_agent import safe_files
 
 if TYPE_CHECKING:

@@ -151,8 +151,8 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 def _worker_master(settings: Any) -> None:
     """--master-port given and the rendezvous there: the workers' MASTER_ADDR/MASTER_PORT
-    are exactly --master-addr:--master-port (launcher.worker_store), as under torchrun."""
-    from relaunch.launcher.worker_store import MASTER_ENV
+    are exactly --master-addr:--master-port (launcher.rdzv.worker_store), as under torchrun."""
+    from relaunch.launcher.rdzv.worker_store import MASTER_ENV
 
     os.environ.pop(MASTER_ENV, None)
     if settings.master_port is None or settings.sources.get("master_port") == "default":

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from relaunch.launcher.rdzv_store import LEFT, Keys, RunStore, dumps
+from relaunch.launcher.rdzv.store import LEFT, Keys, RunStore, dumps
 from tests._launcher_helpers import REPO, relaunch_env
 
 RDZV_WORKER = REPO / "tests" / "workers" / "rdzv_job.py"

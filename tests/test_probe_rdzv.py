@@ -105,7 +105,7 @@ def test_a_duplicate_infra_rank_fails_the_round_on_every_node() -> None:
                       timeout=timedelta(seconds=30))  # fmt: skip
     c = Cluster(server, 2, 4, last_call_timeout=0)
     try:
-        from relaunch.launcher.rdzv_store import LEFT, Keys
+        from relaunch.launcher.rdzv.store import LEFT, Keys
         from tests._rdzv_helpers import ghost_join
 
         first = c.handler(infra_rank=0)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from torch.distributed import PrefixStore, TCPStore
 
-from relaunch.launcher.rdzv_auth import ForgedValue, key_prefix, sign, verify
-from relaunch.launcher.rdzv_store import RunStore
+from relaunch.launcher.rdzv.auth import ForgedValue, key_prefix, sign, verify
+from relaunch.launcher.rdzv.store import RunStore
 from tests._launcher_helpers import REPO, relaunch_env
 from tests._rdzv_helpers import free_port, wait_listening
 

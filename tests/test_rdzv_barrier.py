@@ -19,8 +19,8 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousParameters,
 )
 
-from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler, close_for_exit
-from relaunch.launcher.rdzv_store import Keys, RunStore
+from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler, close_for_exit
+from relaunch.launcher.rdzv.store import Keys, RunStore
 from tests._rdzv_helpers import SECRET, ghost_join
 
 pytestmark = pytest.mark.timeout(120)

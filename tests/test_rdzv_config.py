@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relaunch.launcher import rdzv_node
+from relaunch.launcher.rdzv import node as rdzv_node
 from tests._launcher_helpers import run_relaunch
 from tests._rdzv_helpers import RDZV_WORKER
 

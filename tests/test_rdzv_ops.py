@@ -19,8 +19,8 @@ import pytest
 from torch.distributed import TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from relaunch.launcher import rdzv_barrier
-from relaunch.launcher.rdzv_barrier import BarrierRendezvousHandler
+from relaunch.launcher.rdzv import barrier as rdzv_barrier
+from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
 from tests._rdzv_helpers import SECRET, CountingStore, is_poll
 
 pytestmark = pytest.mark.timeout(600)

@@ -1,4 +1,4 @@
-"""Rank assignment of the barrier rendezvous (`launcher.rdzv_ranks`): a pure function,
+"""Rank assignment of the barrier rendezvous (`launcher.rdzv.assignment`): a pure function,
 checked on the cases that decide who trains."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from relaunch.launcher.rdzv_ranks import AssignmentError, Participant, assign
+from relaunch.launcher.rdzv.assignment import AssignmentError, Participant, assign
 
 
 def node(i: int, *, infra: int | None = None, seg: str | None = None, was: bool = False):

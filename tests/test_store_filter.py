@@ -1,4 +1,4 @@
-"""The workers' store's accept filter (`launcher.store_filter`), on real sockets and a real
+"""The workers' store's accept filter (`launcher.rdzv.store_filter`), on real sockets and a real
 torch `TCPStore`: an admitted address reads and writes the store, any other source address
 (127.0.0.2 stands for another host on the job network) cannot even connect. A dropped
 connection attempt fails whatever the time allowed; an admitted one answers at once."""
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from relaunch.launcher.store_filter import MAX_ADDRESSES, attach, install, program
+from relaunch.launcher.rdzv.store_filter import MAX_ADDRESSES, attach, install, program
 
 REFUSED_AFTER_S = 3.0  # how long an outsider's connection attempt is given (it never lands)
 

@@ -1,13 +1,13 @@
 """The restart agent and straggler facts: the reader, the suspect rule, the verdict field.
 
-Fact lines are written by the launcher's own scorer (`launcher.straggler_scores`), so the
+Fact lines are written by the launcher's own scorer (`launcher.straggler.scores`), so the
 reader is tested against the writer's real output, plus hand-made malformed lines."""
 
 from __future__ import annotations
 
 import json
 
-from relaunch.launcher.straggler_scores import StragglerScorer
+from relaunch.launcher.straggler.scores import StragglerScorer
 from relaunch.restart_agent import decide
 from tests._agent_helpers import fact, scan_text
 

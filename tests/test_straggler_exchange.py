@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from relaunch.launcher.straggler_exchange import StoreExchange
-from relaunch.launcher.straggler_scores import StragglerScorer
+from relaunch.launcher.straggler.exchange import StoreExchange
+from relaunch.launcher.straggler.scores import StragglerScorer
 
 MS = 1_000_000
 

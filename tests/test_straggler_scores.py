@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from relaunch.launcher.straggler_scores import (
+from relaunch.launcher.straggler.scores import (
     StragglerReports,
     StragglerScorer,
     parse_summary,
     score_report,
 )
-from relaunch.launcher.straggler_worker import StragglerTimer, choose_timer
+from relaunch.launcher.straggler.worker import StragglerTimer, choose_timer
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""The workers' store is hosted by the launcher (`launcher.worker_store`), one per round.
+"""The workers' store is hosted by the launcher (`launcher.rdzv.worker_store`), one per round.
 
 Unit: the host binds a real TCPStore before it publishes the port, the other group ranks
 read the same port, a new round gets a fresh store and the old one is closed, a server that
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from torch.distributed import DistNetworkError, PrefixStore, TCPStore
 
-from relaunch.launcher.worker_store import WorkerStoreHost
+from relaunch.launcher.rdzv.worker_store import WorkerStoreHost
 from tests._launcher_helpers import REPO, job_args, read_log, run_relaunch
 
 PROBE = REPO / "tests" / "workers" / "store_probe_job.py"
@@ -109,7 +109,7 @@ def test_the_workers_store_listens_on_the_nodes_address_only(rdzv_store):
 def test_a_name_that_resolves_to_loopback_only_here_binds_every_interface() -> None:
     """Other nodes reach such a name (a Debian-style `127.0.1.1 node0` hosts line) on its
     real address: binding loopback would lock them out. Written loopback binds loopback."""
-    from relaunch.launcher.rdzv_store import bound_listener
+    from relaunch.launcher.rdzv.store import bound_listener
 
     name = socket.gethostname()
     here = socket.getaddrinfo(name, 0, type=socket.SOCK_STREAM)[0][4][0]

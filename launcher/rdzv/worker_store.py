@@ -11,10 +11,10 @@ workers to connect to it as clients (`TORCHELASTIC_USE_AGENT_STORE=True`, the me
 torch's dynamic rendezvous). A fresh server per round means a restarted cycle never reads
 keys of the one before (torch 2.13's shared store keeps them).
 
-The server listens on the node's address only (`rdzv_store.bound_listener`: loopback
+The server listens on the node's address only (`rdzv.store.bound_listener`: loopback
 for a job on one machine), not on every interface as torch's own server does. It speaks
 torch's native protocol without authentication (the workers' `init_process_group` must
-reach it), so its listening socket carries an accept filter (`launcher.store_filter`):
+reach it), so its listening socket carries an accept filter (`launcher.rdzv.store_filter`):
 only the addresses of the round's nodes, as the authenticated rendezvous admitted them,
 and loopback may connect. See the threat model in docs/launcher.md.
 
@@ -43,7 +43,7 @@ from datetime import timedelta
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousStoreInfo
 
-from relaunch.launcher.rdzv_store import bound_listener
+from relaunch.launcher.rdzv.store import bound_listener
 
 DISABLE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 MASTER_ENV = "RELAUNCH_WORKER_MASTER"  # ADDR:PORT the user gave (relaunch_cli.run_cmd)
@@ -111,7 +111,7 @@ class WorkerStoreHost:
         """The MASTER_ADDR/MASTER_PORT of this round, agreed through `round_store`.
         `peers`: the addresses of the round's nodes (from the authenticated rendezvous):
         only they and loopback may connect to the store this launcher hosts
-        (`launcher.store_filter`); None: no filter.
+        (`launcher.rdzv.store_filter`); None: no filter.
 
         Group rank 0 binds the round's server first (when sharing) and publishes its port;
         the others read it. Only global rank 0 (on group rank 0) would ever host, so nodes
@@ -157,7 +157,7 @@ class WorkerStoreHost:
     def _admit_only(self, listener: socket.socket, peers: Sequence[str]) -> None:
         """Attach the accept filter; a kernel that refuses it leaves the round unfiltered,
         with a warning (never a failed round)."""
-        from relaunch.launcher.store_filter import attach
+        from relaunch.launcher.rdzv.store_filter import attach
 
         try:
             attach(listener, peers)

@@ -1,8 +1,8 @@
 """The barrier rendezvous's key layout on the c10d TCPStore, who hosts the store and on
-which interface, and `RunStore`: the run's keys with signed values (`launcher.rdzv_auth`).
+which interface, and `RunStore`: the run's keys with signed values (`launcher.rdzv.auth`).
 
 All keys live under `relaunch/rdzv/<run_id>/<tag>/` (the tag is derived from the job's
-secret, `rdzv_auth.key_prefix`). Every string value relaunch writes is signed; counters
+secret, `rdzv.auth.key_prefix`). Every string value relaunch writes is signed; counters
 (`add`) are not (the store keeps them as integers) but nobody without the secret can
 address them.
 
@@ -50,7 +50,7 @@ from typing import Any
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from relaunch.launcher.rdzv_auth import key_prefix, sign, verify
+from relaunch.launcher.rdzv.auth import key_prefix, sign, verify
 
 LEFT = "left"  # the keep-alive value of a participant that left its round
 
@@ -180,7 +180,7 @@ class Keys:
 
 class RunStore:
     """One run's keys on the store: values signed on write and verified on read (a
-    forged one raises `rdzv_auth.ForgedValue`), counters and waits passed through. Every
+    forged one raises `rdzv.auth.ForgedValue`), counters and waits passed through. Every
     method is one store round trip, except `read` of a key that may be absent (two)."""
 
     def __init__(self, store: Store, run_id: str, secret: bytes | None) -> None:

@@ -1,8 +1,8 @@
 """The barrier rendezvous (`--ft-rdzv-impl barrier`): torch's `RendezvousHandler` on a
 c10d TCPStore, with round-scoped keys, round fencing, keep-alives and hot spares.
 
-A round R gathers participants (`round/R/...`, layout in `launcher.rdzv_store`) until it
-can close: MAX nodes alive, or the rank assignment (`launcher.rdzv_ranks.assign`) is
+A round R gathers participants (`round/R/...`, layout in `launcher.rdzv.store`) until it
+can close: MAX nodes alive, or the rank assignment (`launcher.rdzv.assignment.assign`) is
 possible and the last-call window has passed since it first was (or every node of R-1
 that is still alive is back). Any participant may close it; `compare_set` on the round's
 result makes the first writer win, and everyone reads the same assignment. A participant
@@ -53,9 +53,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
-from relaunch.launcher.rdzv_auth import ForgedValue
-from relaunch.launcher.rdzv_ranks import Assignment, AssignmentError, Participant, assign
-from relaunch.launcher.rdzv_store import (
+from relaunch.launcher.rdzv.assignment import Assignment, AssignmentError, Participant, assign
+from relaunch.launcher.rdzv.auth import ForgedValue
+from relaunch.launcher.rdzv.store import (
     LEFT,
     Keys,
     RunStore,
@@ -63,7 +63,7 @@ from relaunch.launcher.rdzv_store import (
     dumps,
     is_loopback_name,
 )
-from relaunch.launcher.worker_store import WorkerStoreHost
+from relaunch.launcher.rdzv.worker_store import WorkerStoreHost
 
 POLL_S = 0.5  # the leader's evaluation interval while a round gathers
 POLL_MIN_S = 0.005  # first wait between two polls of a wake key (doubling from there)
@@ -151,7 +151,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
     @property
     def use_agent_store(self) -> bool:
-        """True: the workers connect to the store this launcher hosts (`launcher.worker_store`)."""
+        """True: the workers connect to the store this launcher hosts (`launcher.rdzv.worker_store`)."""
         return self._workers_store.shared
 
     def get_run_id(self) -> str:

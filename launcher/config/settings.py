@@ -1,8 +1,8 @@
 """Settings of `relaunch run`: the option table, defaults, precedence and checks.
 
-Precedence: built-in default < `--ft-cfg-path` YAML (`launcher.config_yaml`) < command
+Precedence: built-in default < `--ft-cfg-path` YAML (`launcher.config.yaml_file`) < command
 line. An option given on the command line wins; an option omitted there keeps the YAML
-value. Values are converted by `launcher.config_values`; a bad one is a one-line error.
+value. Values are converted by `launcher.config.values`; a bad one is a one-line error.
 torchrun's and NVRx's spellings map onto the same settings here (`--standalone`,
 `--master-addr/--master-port`, `--ft-max-no-progress-cycles`, ...), and the settings give
 the worker command (torchrun's `-m`, `--no-python`, `--run-path`), the console spec
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from relaunch.attribution.core.policy_config import POLICY_OPTIONS, build_policy
-from relaunch.launcher.config_values import (
+from relaunch.launcher.config.option import Option
+from relaunch.launcher.config.values import (
     ConfigError,
     boolean,
     endpoint_spec,
@@ -43,9 +44,9 @@ from relaunch.launcher.config_values import (
     segment_size,
     std_spec,
 )
-from relaunch.launcher.config_yaml import ignored_flags
-from relaunch.launcher.config_yaml import load_yaml as _load_yaml
-from relaunch.launcher.straggler_scores import report_interval_value, threshold_value
+from relaunch.launcher.config.yaml_file import ignored_flags
+from relaunch.launcher.config.yaml_file import load_yaml as _load_yaml
+from relaunch.launcher.straggler.scores import report_interval_value, threshold_value
 from relaunch.launcher.timeouts_auto import DEFAULT_SAFETY_FACTOR, safety_factor_value
 from relaunch.storage import job_id as job_id_rule
 from relaunch.storage.location import describe, history_url
@@ -56,19 +57,6 @@ DEFAULT_HEALTH_INTERVAL_S = 5.0
 GPU_HEALTH = ("on", "off", "auto")
 START_METHODS = ("spawn", "fork", "forkserver")
 STATIC_MASTER_PORT = 29500  # torchrun's default port of the static rendezvous
-
-
-@dataclass(frozen=True)
-class Option:
-    flag: str
-    dest: str
-    type: Callable[[str], Any]
-    default: Any
-    help: str
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    is_flag: bool = False  # store_true on the command line
-    aliases: tuple[str, ...] = ()  # other spellings on the command line (NVRx's, short)
 
 
 def _policy_options() -> tuple[Option, ...]:
@@ -511,11 +499,11 @@ class RunSettings:
     ft_rdzv_impl: str = "barrier"
     ft_segment: int | None = None
     ft_use_infra_group_rank: bool = False
-    infra_rank: int | None = None  # from the scheduler (launcher.rdzv_node), not an option
-    segment_id: str | None = None  # this node's NVLink domain (launcher.rdzv_node)
+    infra_rank: int | None = None  # from the scheduler (launcher.rdzv.node), not an option
+    segment_id: str | None = None  # this node's NVLink domain (launcher.rdzv.node)
     ft_job_secret_file: str = ""
     ft_insecure_store: bool = False  # a multi-node job may run without a job secret
-    job_secret: bytes | None = None  # the rendezvous store's secret (launcher.rdzv_auth)
+    job_secret: bytes | None = None  # the rendezvous store's secret (launcher.rdzv.auth)
     ft_restart_policy: str = "any-failed"
     ft_max_no_progress_restarts: int = field(
         default_factory=lambda: _BY_DEST["ft_max_no_progress_restarts"].default
@@ -674,7 +662,7 @@ def normalize_switches(parser: argparse.ArgumentParser, args: list[str]) -> list
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every option with `default=SUPPRESS`, so omitted options stay absent; then NVRx's
-    flags relaunch accepts and ignores (`config_aliases.yaml` `ignored_flags`)."""
+    flags relaunch accepts and ignores (`config/aliases.yaml` `ignored_flags`)."""
     for o in OPTIONS:
         flags = spellings(o)
         if o.is_flag:
@@ -785,7 +773,7 @@ def resolve(cli: dict[str, Any], yaml_path: str | None = None) -> RunSettings:
     _check_health_options(settings)
     if not settings.rdzv_endpoint:
         settings.rdzv_endpoint = "127.0.0.1:0"  # single node: the agent hosts the store
-    from relaunch.launcher import rdzv_node
+    from relaunch.launcher.rdzv import node as rdzv_node
 
     try:
         rdzv_node.check(settings)  # --ft-segment, --ft-use-infra-group-rank

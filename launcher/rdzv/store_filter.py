@@ -3,10 +3,10 @@
 torch's `TCPStore` speaks a native protocol without authentication, and the workers'
 `init_process_group` must reach it, so its traffic cannot be signed. What can be decided is
 *who connects*: the launcher of group rank 0 binds the store's listening socket itself
-(`launcher.worker_store`) and, before handing it to torch, attaches a classic BPF socket
+(`launcher.rdzv.worker_store`) and, before handing it to torch, attaches a classic BPF socket
 filter (`SO_ATTACH_FILTER`, no privilege needed) that admits packets only from the source
 addresses of the nodes the authenticated rendezvous admitted to the round (their signed
-descriptors, `launcher.rdzv_barrier`) plus 127.0.0.1 and ::1. The kernel drops any other
+descriptors, `launcher.rdzv.barrier`) plus 127.0.0.1 and ::1. The kernel drops any other
 peer's packets, its connection attempt included, before torch sees them; accepted
 connections inherit the filter. So a host on the job network that is not one of the
 round's nodes can neither read nor write the store.

@@ -4,15 +4,15 @@
   scheduler, in this order: `SLURM_PROCID` (one launcher task per node, as Slurm starts
   it), `SLURM_NODEID`, `GROUP_RANK`. The first one set wins; missing or not a
   non-negative integer is a one-line error before anything starts. Duplicates are
-  detected in the rendezvous (`launcher.rdzv_ranks`).
+  detected in the rendezvous (`launcher.rdzv.assignment`).
 - `segment_id(env)`: the node's NVLink domain for `--ft-segment N`: the GPU fabric
   ClusterUUID from NVML (`nvmlDeviceGetGpuFabricInfoV`, else `nvmlDeviceGetGpuFabricInfo`;
   all GPUs of the node must agree), overridden by `RELAUNCH_SEGMENT_ID` or by the first
   line of the file named by `RELAUNCH_SEGMENT_ID_FILE` (CPU machines, tests).
-- `uses_barrier(settings)`: whether the job rendezvous through `launcher.rdzv_barrier`.
+- `uses_barrier(settings)`: whether the job rendezvous through `launcher.rdzv.barrier`.
 - `check(settings)`: the config-time checks and values (`MIN % N == 0`, the two above,
   the numeric `--rdzv-conf` values the barrier rendezvous reads, the job's secret:
-  `launcher.rdzv_auth.load_secret`).
+  `launcher.rdzv.auth.load_secret`).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def check_conf(conf: str) -> None:
 
 
 def uses_barrier(settings: Any) -> bool:
-    """Whether the job rendezvous through `launcher.rdzv_barrier` (the default)."""
+    """Whether the job rendezvous through `launcher.rdzv.barrier` (the default)."""
     return bool(settings.rdzv_backend == "c10d" and settings.ft_rdzv_impl == "barrier")
 
 
@@ -175,7 +175,7 @@ def check(settings: Any, env: Mapping[str, str] | None = None) -> None:
     if barrier and s.rdzv_conf:
         check_conf(s.rdzv_conf)
     if barrier:
-        from relaunch.launcher.rdzv_auth import load_secret
+        from relaunch.launcher.rdzv.auth import load_secret
 
         s.job_secret = load_secret(s.ft_job_secret_file or None, single_node=s.max_nodes == 1)[0]
         if s.job_secret is None and not s.ft_insecure_store:

@@ -1,6 +1,6 @@
 """Launcher-side straggler scores: gather the ranks' section summaries, name slow ranks.
 
-Each rank's `launcher.straggler_worker.StragglerTimer` sends its n-th summary (`n`, per
+Each rank's `launcher.straggler.worker.StragglerTimer` sends its n-th summary (`n`, per
 section count/median/min/total ns) over the heartbeat socket once per report interval.
 `StragglerScorer` (one per cycle and node) groups the n-th summaries of the node's ranks
 into report n and scores it when every rank of the node has sent its n-th summary (or when
@@ -20,7 +20,7 @@ reports doubles (2, 4, 8, ...); at the cycle's end, one `straggler_scores` fact 
 every rank (last and lowest relative score, longest run below the threshold). Medians and
 the consecutive-reports rule keep ordinary jitter from naming a rank. On one node the
 scores compare the node's ranks; with several nodes each node's reports go through the
-rendezvous store (`launcher.straggler_exchange`), the ranks of all nodes are scored
+rendezvous store (`launcher.straggler.exchange`), the ranks of all nodes are scored
 together and each node names its own ranks (docs/straggler.md).
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relaunch.launcher.facts import fact
-from relaunch.launcher.straggler_exchange import ExchangeThread, StoreExchange
+from relaunch.launcher.straggler.exchange import ExchangeThread, StoreExchange
 
 MIN_REPORTS = 2  # consecutive reports below the threshold that name a straggler
 STALE_AFTER = (
@@ -316,7 +316,7 @@ class StragglerReports:
     ) -> None:
         """`store`, `nodes`: the round's rendezvous store and node count; with more than one
         node and a store, ranks of every node are scored together (`node` is the index)."""
-        from relaunch.launcher.straggler_worker import ENV_INTERVAL
+        from relaunch.launcher.straggler.worker import ENV_INTERVAL
 
         environ[ENV_INTERVAL] = f"{self.interval_s:g}"
         if self.interval_s <= 0:

@@ -1,7 +1,7 @@
 """`--ft-cfg-path`: read a YAML file of `relaunch run` options, with NVRx's spellings.
 
 Keys are option names with `_` or `-`; the `--ft-*` options also without `ft_` (as NVRx
-writes them); NVRx names through `config_aliases.yaml`. The file's top level and its
+writes them); NVRx names through `config/aliases.yaml`. The file's top level and its
 `fault_tolerance:` section are read; a `fault_tolerance:` section nested deeper (NVRx's
 rule, e.g. inside a Megatron config) is read alone. Bad values raise `ConfigError`;
 unknown keys and NVRx keys relaunch ignores become one warning line each.
@@ -12,21 +12,19 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from relaunch.launcher.config_values import ConfigError
+from relaunch.launcher.config.option import Option
+from relaunch.launcher.config.values import ConfigError
 from relaunch.restart_agent import safe_files
-
-if TYPE_CHECKING:
-    from relaunch.launcher.config import Option
 
 NULLABLE = ("ft_heartbeat_timeout", "ft_initial_heartbeat_timeout")  # `null`: no timeout
 
 
 def _alias_table() -> dict[str, Any]:
-    text = resources.files("relaunch.launcher").joinpath("config_aliases.yaml").read_text("utf-8")
+    text = resources.files("relaunch.launcher.config").joinpath("aliases.yaml").read_text("utf-8")
     return yaml.safe_load(text) or {}
 
 

@@ -5,7 +5,7 @@ per report interval (`RELAUNCH_STRAGGLER_INTERVAL` seconds, set by `relaunch run
 one summary datagram over the heartbeat socket: per section the count, median, minimum
 and total duration in nanoseconds. The check for "interval over" happens when a section
 ends, so there is no thread and no collective: the launcher gathers the ranks' summaries
-(`launcher.straggler_scores`).
+(`launcher.straggler.scores`).
 
 Timing: wall time (`time.perf_counter_ns`) on CPU. When the training script has imported
 torch and CUDA is available and initialised, CUDA events time the same sections (what the
