@@ -984,6 +984,11 @@ class RelaunchAgent(LocalElasticAgent):
             if reason == JobState.SUCCEEDED:  # closed while this node waited as a hot spare
                 out.code = ExitCode.OK
                 out.note = "standby: the job succeeded without needing this node"
+            elif reason == JobState.STOPPED:  # a STOP acted on by the node that closed it
+                # (a signed value: only the job's launchers hold the secret); the same exit
+                # as the nodes that read the verdict themselves
+                out.code = ExitCode.STOPPED
+                out.note = "job stopped by a verdict (the rendezvous was closed by another node)"
             self.say(out.note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
             out.code = ExitCode.RENDEZVOUS

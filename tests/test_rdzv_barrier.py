@@ -182,6 +182,26 @@ def test_closing_the_job_ends_the_standbys_with_its_outcome(server) -> None:  # 
         c.close()
 
 
+def test_an_active_node_learns_the_jobs_end_while_its_workers_run(server) -> None:  # type: ignore[no-untyped-def]
+    """The job ended on another node (its budget spent): the active peer's monitor sees it
+    (num_nodes_waiting 1: elastic stops its workers) and its next rendezvous says closed,
+    acknowledged to the store host, instead of finding the store gone later."""
+    c = Cluster(server, 2, 2)
+    try:
+        a, b = c.handler(infra_rank=0), c.handler(infra_rank=1)
+        for t in [c.join(a), c.join(b)]:
+            t.join(60)
+        assert b.num_nodes_waiting() == 0
+        a.set_closed("failed")
+        assert b.num_nodes_waiting() == 1
+        tb = c.join(b)
+        tb.join(60)
+        assert isinstance(c.results[1], RendezvousClosedError) and b.closed_reason == "failed"
+        assert a.wait_for_acks(limit_s=5) == 0  # b acknowledged: the host may go
+    finally:
+        c.close()
+
+
 def test_a_node_arriving_while_the_job_runs_waits_as_a_spare(server) -> None:  # type: ignore[no-untyped-def]
     c = Cluster(server, 2, 3, last_call_timeout=0)
     try:

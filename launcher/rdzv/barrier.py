@@ -184,7 +184,12 @@ class BarrierRendezvousHandler(RendezvousHandler):
             return 0
         r, result = active
         if self._s.exists(Keys.end(r)):
-            return 1 if self._s.exists(Keys.opened(r + 1)) else 0
+            if self._s.exists(Keys.opened(r + 1)):
+                return 1
+            # the job ended on another node (budget spent, a STOP): stop this node's
+            # workers now and learn the end in the next rendezvous, while the store host
+            # still waits for this node's acknowledgement (not after it went: exit 6)
+            return 1 if self._closed() is not None else 0
         now = time.monotonic()
         if now >= self._peer_check_at:
             self._peer_check_at = now + self.keep_alive_s
@@ -233,9 +238,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 store = PrefixStore(
                     f"{self._s.prefix}/{Keys.store_prefix(r)}", self._tcp
                 )  # the round's store for elastic and the workers' bootstrap
-                info = self._workers_store.bootstrap(
-                    mine.group_rank, store, self._me.addr, peers=self._peer_addrs(r, result)
-                )
+                # only group rank 0 hosts the workers' store and filters who may reach it:
+                # the others never read every node's descriptor (O(nodes) bytes each)
+                peers = self._peer_addrs(r, result) if mine.group_rank == 0 else None
+                info = self._workers_store.bootstrap(mine.group_rank, store, self._me.addr, peers)
                 self.report(
                     f"rendezvous round {r}: active, group rank {mine.group_rank} of {world}"
                     f" ({result.size - world} standby)"
