@@ -182,21 +182,30 @@ def test_closing_the_job_ends_the_standbys_with_its_outcome(server) -> None:  # 
         c.close()
 
 
-def test_an_active_node_learns_the_jobs_end_while_its_workers_run(server) -> None:  # type: ignore[no-untyped-def]
-    """The job ended on another node (its budget spent): the active peer's monitor sees it
-    (num_nodes_waiting 1: elastic stops its workers) and its next rendezvous says closed,
-    acknowledged to the store host, instead of finding the store gone later."""
+@pytest.mark.parametrize(
+    ("reason", "stops"), [("failed", True), ("stopped", True), ("succeeded", False)]
+)
+def test_an_active_node_learns_the_jobs_end_while_its_workers_run(
+    server, reason: str, stops: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """The job ended on another node (its budget spent, a STOP): the active peer's monitor
+    sees it (num_nodes_waiting 1: elastic stops its workers) and its next rendezvous says
+    closed, acknowledged to the store host, instead of finding the store gone later. A
+    success closed elsewhere never stops workers that may still be finishing."""
     c = Cluster(server, 2, 2)
     try:
         a, b = c.handler(infra_rank=0), c.handler(infra_rank=1)
         for t in [c.join(a), c.join(b)]:
             t.join(60)
         assert b.num_nodes_waiting() == 0
-        a.set_closed("failed")
-        assert b.num_nodes_waiting() == 1
+        a.set_closed(reason)
+        assert b.num_nodes_waiting() == (1 if stops else 0)
         tb = c.join(b)
         tb.join(60)
-        assert isinstance(c.results[1], RendezvousClosedError) and b.closed_reason == "failed"
+        assert isinstance(c.results[1], RendezvousClosedError)
+        assert b.closed_reason == (
+            reason if stops else "succeeded on other nodes; this node's workers did not"
+        )
         assert a.wait_for_acks(limit_s=5) == 0  # b acknowledged: the host may go
     finally:
         c.close()

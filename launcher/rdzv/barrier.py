@@ -188,8 +188,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 return 1
             # the job ended on another node (budget spent, a STOP): stop this node's
             # workers now and learn the end in the next rendezvous, while the store host
-            # still waits for this node's acknowledgement (not after it went: exit 6)
-            return 1 if self._closed() is not None else 0
+            # still waits for this node's acknowledgement (not after it went: exit 6).
+            # A success closed elsewhere never stops workers that may still be finishing.
+            reason = self._closed()
+            return 1 if reason is not None and reason != "succeeded" else 0
         now = time.monotonic()
         if now >= self._peer_check_at:
             self._peer_check_at = now + self.keep_alive_s
