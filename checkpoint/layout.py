@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,13 +127,17 @@ def commit(partial: Path, final: Path, record: dict[str, Any]) -> Path:
     return final
 
 
-def read_marker(folder: Path) -> CheckpointInfo | None:
-    """The checkpoint in `folder` if its marker is readable and names its files, else None."""
-    m = _FINAL.match(folder.name)
+def parse_marker(
+    name: str, read: Callable[[], bytes]
+) -> tuple[int, dict[str, dict[str, int]], int] | None:
+    """(step, files, world size) of the checkpoint folder `name` whose marker `read()`
+    returns, or None when the name is not a final folder or the marker is unreadable, does
+    not name its files and metadata, or is for another step (a local path or a URL)."""
+    m = _FINAL.match(name)
     if m is None:
         return None
     try:
-        rec = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        rec = json.loads(read().decode("utf-8"))
         files = {
             str(k): {"size": int(v["size"]), "crc32": int(v["crc32"])}
             for k, v in rec["files"].items()
@@ -142,7 +147,13 @@ def read_marker(folder: Path) -> CheckpointInfo | None:
         return None
     if step != int(m.group(1)) or METADATA not in files:
         return None
-    return CheckpointInfo(folder, step, files, world)
+    return step, files, world
+
+
+def read_marker(folder: Path) -> CheckpointInfo | None:
+    """The checkpoint in `folder` if its marker is readable and names its files, else None."""
+    parsed = parse_marker(folder.name, (folder / MARKER).read_bytes)
+    return None if parsed is None else CheckpointInfo(folder, *parsed)
 
 
 def present(info: CheckpointInfo, folder: Path | None = None) -> list[str]:

@@ -41,6 +41,7 @@ from .layout import (
     CheckpointInfo,
     final_name,
     fsync_dir,
+    parse_marker,
 )
 
 
@@ -188,21 +189,11 @@ class UrlTier:
 
     # -- reading ----------------------------------------------------------------------
     def read_marker(self, folder: str) -> CheckpointInfo | None:
-        m = _FINAL.match(posixpath.basename(folder.rstrip("/")))
-        if m is None:
+        name = posixpath.basename(folder.rstrip("/"))
+        parsed = parse_marker(name, lambda: bytes(self.fs.cat_file(f"{folder}/{MARKER}")))
+        if parsed is None:
             return None
-        try:
-            rec = json.loads(self.fs.cat_file(f"{folder}/{MARKER}").decode("utf-8"))
-            files = {
-                str(k): {"size": int(v["size"]), "crc32": int(v["crc32"])}
-                for k, v in rec["files"].items()
-            }
-            step, world = int(rec["step"]), int(rec["world_size"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-        if step != int(m.group(1)) or METADATA not in files:
-            return None
-        return CheckpointInfo(Path(folder), step, files, world, url=self.url_of(folder))
+        return CheckpointInfo(Path(folder), *parsed, url=self.url_of(folder))
 
     def complete(self) -> list[CheckpointInfo]:
         found = [self.read_marker(d) for d in self._dirs() if _FINAL.match(posixpath.basename(d))]
