@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from relaunch.launcher.rdzv.store_filter import MAX_ADDRESSES, attach, install, program
+from relaunch.launcher.rdzv.store_filter import BPF_MAXINSNS, attach, install, program
 
 REFUSED_AFTER_S = 3.0  # how long an outsider's connection attempt is given (it never lands)
 
@@ -72,9 +72,18 @@ def test_the_program_compares_ipv6_sources_word_by_word() -> None:
 
 
 def test_too_many_addresses_are_refused_not_truncated() -> None:
+    """The bound is the kernel's program size: 2 instructions per IPv4 address, so a
+    1,024-node job's addresses fit (the kernel takes the filter), 2,044 do not."""
+    fit = (BPF_MAXINSNS - 10) // 2  # head 7, a load, the two drops
     many = [
-        ipaddress.ip_address(f"10.0.{i // 250}.{i % 250 + 1}") for i in range(MAX_ADDRESSES + 1)
+        ipaddress.ip_address(f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}")
+        for i in range(fit + 1)
     ]
-    with pytest.raises(ValueError, match="more than"):
+    with pytest.raises(ValueError, match="more than 4096"):
         program(many)
-    assert len(program(many[:MAX_ADDRESSES])) == 7 + 2 + 2 * MAX_ADDRESSES + 1
+    assert len(program(many[:fit])) == BPF_MAXINSNS
+    with socket.socket() as listener:  # the kernel accepts a 1,024-node filter
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        install(listener, [*many[:1024], ipaddress.ip_address("127.0.0.1")])
+        assert _connects(("127.0.0.1", listener.getsockname()[1]), "127.0.0.1")
