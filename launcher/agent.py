@@ -74,6 +74,7 @@ EXIT_STOPPED = ExitCode.STOPPED
 EXIT_NODE_UNHEALTHY = ExitCode.NODE_UNHEALTHY
 EXIT_RENDEZVOUS = ExitCode.RENDEZVOUS
 EXIT_NO_PROGRESS = ExitCode.NO_PROGRESS
+NO_PROGRESS_CLOSE = "no_progress"  # the rendezvous's closed value for a progress-guard end
 # relaunch.checkpoint.ENV_RESUME, spelled again: that module imports torch's DCP, which the
 # launcher does not need (tests/test_checkpoint.py checks the two agree)
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
@@ -239,6 +240,8 @@ class RelaunchAgent(LocalElasticAgent):
         self._cycles_started = 0  # cycles run by this launcher (a continued job started later)
         self._signal_seen = False  # run_job has handled a signal: no re-raise
         self.terminal: JobState | None = None  # job-wide outcome that closes the rendezvous
+        self._ended_elsewhere = False  # its monitor saw the rendezvous closed by another node
+        self._no_progress = False  # the progress guard ended the job (closes it "no_progress")
         self.recorded_stops: list[VerdictInfo] = []  # STOP verdicts only logged (action log)
         self.final: tuple[JobState, int, str] | None = None  # (state, exit code, reason) recorded
         self.attribution: AttributionClient = attribution_factory(self._on_verdict, self._warn)
@@ -928,11 +931,25 @@ class RelaunchAgent(LocalElasticAgent):
             self._end_cycle(JobState.STOPPED)
         elif st.failure is not None:
             self._end_cycle(JobState.FAILED)
+        elif self._ended_elsewhere:  # healthy workers of a job that ended on another node
+            st.failure = "stopped by the launcher: the job ended on another node"
+            self._end_cycle(JobState.STOPPED)
         else:  # healthy workers restarted because a node joined or left
             st.failure = "stopped by the launcher: the rendezvous membership changed"
             self._end_cycle(JobState.STOPPED)
 
     def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
+
+        rdzv = worker_group.spec.rdzv_handler
+        if isinstance(rdzv, BarrierRendezvousHandler) and rdzv.closed_reason_now():
+            # the job ended on another node (its monitor saw the closed rendezvous): stop
+            # this node's workers and end, without a health preflight or a new round, while
+            # the store host still waits for this node's acknowledgement
+            self._ended_elsewhere = True
+            self.say("the job ended on another node; stopping this node's workers")
+            self._stop_workers(worker_group)
+            rdzv.raise_if_closed()  # acknowledges, raises RendezvousClosedError
         st = self._state
         if st is not None:
             if self.settings.max_nodes > 1:  # elastic counted only this node's failures:
@@ -952,6 +969,14 @@ class RelaunchAgent(LocalElasticAgent):
                 f"restart: cycle {st.cycle} failed ({reason}); starting cycle {st.cycle + 1} ({left})"
             )
         super()._restart_workers(worker_group)
+
+    def closing_reason(self) -> str | None:
+        """The value that closes the rendezvous as this launcher exits: the job-wide
+        outcome, `no_progress` for the progress guard's end (its nodes exit 5, not 3);
+        None leaves it open (this node alone is leaving)."""
+        if self.terminal is None:
+            return None
+        return NO_PROGRESS_CLOSE if self._no_progress else str(self.terminal)
 
     # -- the whole job ------------------------------------------------------------
     def run_job(self) -> int:
@@ -976,6 +1001,7 @@ class RelaunchAgent(LocalElasticAgent):
         except _NoProgress as exc:
             out.code = ExitCode.NO_PROGRESS
             self.terminal = JobState.STOPPED  # the progress guard's decision is job-wide
+            self._no_progress = True
             self.say(f"job {self.settings.job_id} ended by the launcher: {exc}")
             self._event(f"job ended (exit code {int(ExitCode.NO_PROGRESS)}): {exc}")
         except RendezvousClosedError:
@@ -989,6 +1015,9 @@ class RelaunchAgent(LocalElasticAgent):
                 # as the nodes that read the verdict themselves
                 out.code = ExitCode.STOPPED
                 out.note = "job stopped by a verdict (the rendezvous was closed by another node)"
+            elif reason == NO_PROGRESS_CLOSE:  # the progress guard of another node
+                out.code = ExitCode.NO_PROGRESS
+                out.note = "job ended by the launcher's progress guard on another node"
             self.say(out.note)
         except RendezvousError as exc:  # local to this node: the rendezvous stays open
             out.code = ExitCode.RENDEZVOUS
@@ -1267,7 +1296,7 @@ def _launch(settings: RunSettings, out: TextIO, sink_factory: Any) -> LaunchResu
             with contextlib.suppress(Exception):  # closing the rendezvous is best effort
                 from relaunch.launcher.rdzv.barrier import on_exit
 
-                on_exit(handler, agent.terminal)
+                on_exit(handler, agent.closing_reason())
             agent.close_funnel()  # the others saw the end (on_exit waits for them)
         for sig, handler in previous.items():  # the caller's handlers (a CLI ignores them)
             with contextlib.suppress(ValueError, OSError, TypeError):

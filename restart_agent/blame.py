@@ -117,16 +117,21 @@ def _hang(h: dict[str, object]) -> Evidence:
     )
 
 
-def _fr_culprit(evidence: CycleEvidence, culprits: Sequence[int]) -> Evidence | None:
-    """The lowest Flight Recorder culprit rank as the cycle's root when the log has only
-    cascades (the waiting ranks' timeouts): the launcher's hang fact of that rank if it
-    declared one, else a hang named by the dumps, at the rank's exit line."""
-    rank = min(culprits)
+def _fr_culprit(evidence: CycleEvidence, culprits: Sequence[int]) -> Evidence:
+    """A Flight Recorder culprit rank as the cycle's root when the log has only cascades
+    (the waiting ranks' timeouts): the rank the launcher saw fail first if it is a culprit,
+    else the lowest. Its launcher hang fact if one was declared; its death by a signal that
+    starts a failure (a kill from outside writes no dump: the dumps name it missing) keeps
+    that signal's class; else a hang named by the dumps, at the rank's exit line."""
     facts = evidence.launcher
+    first = facts.first_exit if facts is not None else None
+    rank = first.rank if first is not None and first.rank in culprits else min(culprits)
     hangs = [h for h in (facts.hangs if facts else []) if h.get("rank") == rank]
     if hangs:
         return _hang(hangs[0])
     exits = [x for x in (facts.exits if facts else []) if x.rank == rank]
+    if exits and exits[0].signal and exits[0].signal not in taxonomy().follow_on_signals:
+        return _from_exit(exits[0], rank, "a Flight Recorder culprit rank")
     msg = "never entered the collective the other ranks waited in (Flight Recorder dumps)"
     return Evidence(
         line=exits[0].line if exits else 0,
@@ -375,12 +380,10 @@ def _pick(
             reason = "the scheduler's line that gives the reason the job was cancelled"
     facts = evidence.launcher
     if fr_culprit_ranks and not is_root:
-        culprit = _fr_culprit(evidence, fr_culprit_ranks)
-        if culprit is not None:
-            return culprit, (
-                "the Flight Recorder's culprit rank: the others waited in a collective it "
-                "never entered (no root of its own in the log)"
-            )
+        return _fr_culprit(evidence, fr_culprit_ranks), (
+            "the Flight Recorder's culprit rank: the others waited in a collective it "
+            "never entered (no root of its own in the log)"
+        )
     silent = _silent_rank(primary, evidence) if primary is not None and not is_root else None
     # ------------------------------------------------------------ the launcher's facts
     if facts is not None:

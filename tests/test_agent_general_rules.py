@@ -484,3 +484,24 @@ def test_a_flight_recorder_culprit_without_a_line_of_its_own_is_the_root() -> No
     assert with_dumps["decision"] == "RESTART"
     without = decide(evidence, ()).to_dict()
     assert (without["primary"] or {}).get("rank") != 1
+
+
+def test_a_killed_flight_recorder_culprit_keeps_its_signals_class() -> None:
+    """A rank killed from outside (SIGKILL: the OOM killer) writes no dump and the dumps name
+    it as the missing culprit: blamed with its signal's class, not as a hang; with several
+    culprits the rank the launcher saw fail first is the one blamed."""
+    from relaunch.restart_agent import LogScanner, decide
+    from tests._agent_helpers import fact
+
+    log = (
+        b"[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78]"
+        b" Timed out waiting 3000ms for recv operation to complete\n"
+        + fact("rank_exit", rank=2, exitcode=-9, signal="SIGKILL", first=True, t_s=3.0).encode()
+        + fact("rank_exit", rank=0, exitcode=1, t_s=9.0).encode()
+    )
+    scanner = LogScanner()
+    scanner.feed(log)
+    v = decide(scanner.finish(), (), fr_culprit_ranks=[1, 2]).to_dict()
+    assert v["primary"]["rank"] == 2
+    assert v["primary"]["failure_class"] != "hang_detected", v["primary"]
+    assert "SIGKILL" in v["primary"]["text"]

@@ -853,3 +853,21 @@ def test_run_help_names_every_exit_code_of_the_launcher() -> None:
     epilog = " " + " ".join(out.getvalue().split("Exit codes:", 1)[1].split()) + " "  # unwrapped
     for code in sorted(codes):
         assert f" {code} " in epilog, (code, epilog)
+
+
+def test_the_rendezvous_closes_with_the_reason_its_nodes_exit_by() -> None:
+    """A node that learns the job's end from the closed rendezvous exits as the node that
+    closed it: `stopped` (a STOP acted on) 3 there, the progress guard's end is closed as
+    `no_progress` (5 there, never 3), a node leaving alone closes nothing."""
+    from relaunch.launcher.agent import NO_PROGRESS_CLOSE
+    from relaunch.restart_agent.model import JobState
+
+    agent = _verdict_sink_agent()
+    agent.terminal, agent._no_progress = None, False
+    assert agent.closing_reason() is None
+    agent.terminal = JobState.FAILED
+    assert agent.closing_reason() == "failed"
+    agent.terminal = JobState.STOPPED
+    assert agent.closing_reason() == "stopped"
+    agent._no_progress = True
+    assert agent.closing_reason() == NO_PROGRESS_CLOSE == "no_progress"

@@ -274,6 +274,16 @@ class BarrierRendezvousHandler(RendezvousHandler):
     def _round(self) -> int:
         return int(self._s.get(Keys.ROUND))
 
+    def closed_reason_now(self) -> str | None:
+        """The closed value now (one store read), None while the job runs."""
+        with _store_lost(self._params.endpoint):
+            return self._closed()
+
+    def raise_if_closed(self) -> None:
+        """RendezvousClosedError (after acknowledging it) when the job was closed."""
+        with _store_lost(self._params.endpoint):
+            self._raise_if_closed()
+
     def _raise_if_closed(self) -> None:
         reason = self._closed()
         if reason is not None:
