@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,6 +156,9 @@ def wait_worker_pid(nodes: list[Node], pid_file: Path, limit_s: float = 240) -> 
     return int(pid_file.read_text())
 
 
+OPS_TAG = threading.local()  # `now`: a phase that this thread's next operations count under
+
+
 class CountingStore:
     """A counting proxy in front of a handler's run store (`RunStore.store`, the real
     TCPStore behind it): every operation is one call here and one round trip there.
@@ -172,7 +176,8 @@ class CountingStore:
         def counted(*args: object, **kw: object) -> object:
             first = args[0] if args else ""
             key = str(first[0] if isinstance(first, list) and first else first)
-            self._log.append((self._node, self._phase["now"], name, key))
+            phase = getattr(OPS_TAG, "now", None) or self._phase["now"]
+            self._log.append((self._node, phase, name, key))
             return fn(*args, **kw)
 
         return counted

@@ -21,7 +21,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from relaunch.launcher.rdzv import barrier as rdzv_barrier
 from relaunch.launcher.rdzv.barrier import BarrierRendezvousHandler
-from tests._rdzv_helpers import SECRET, CountingStore, is_poll
+from tests._rdzv_helpers import OPS_TAG, SECRET, CountingStore, is_poll
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -98,6 +98,7 @@ def _measure(n: int) -> dict[str, object]:
             "watch-other": len([e for e in log if e[1] == "watch-other"]),
             "poll_ops": {op for op, _ in polls},
             "ops": {op for _, ph, op, _ in log if ph.startswith("round")},
+            "log": list(log),
         }
     finally:
         for h in handlers:
@@ -108,7 +109,24 @@ def test_store_operations_per_node_per_round_do_not_grow_with_the_node_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(rdzv_barrier, "POLL_S", 3600.0)  # no periodic evaluation
+    # group rank 0 alone reads the round's descriptors for the workers' store filter: counted
+    # apart ("peers"), or the busiest node would depend on whether group rank 0 also closed
+    # the round (timing)
+    read_peers = BarrierRendezvousHandler._peer_addrs
+
+    def tagged(self: BarrierRendezvousHandler, *a: object) -> object:
+        OPS_TAG.now = "peers"
+        try:
+            return read_peers(self, *a)  # type: ignore[arg-type]
+        finally:
+            OPS_TAG.now = None
+
+    monkeypatch.setattr(BarrierRendezvousHandler, "_peer_addrs", tagged)
     m = {n: _measure(n) for n in (4, 16, 64)}
+    peers = {n: [(node, op) for node, ph, op, _ in m[n]["log"] if ph == "peers"] for n in m}  # type: ignore[union-attr]
+    for n in m:  # one node per round (two rounds), the same few operations at every size
+        assert len({node for node, _ in peers[n]}) <= 2 and peers[n], (n, peers[n])
+    assert len(peers[64]) == len(peers[16]) == len(peers[4]) <= 2 * 3, peers
     for n, r in m.items():
         assert r["poll_ops"] <= {"check"}, r  # a poll is one check of one key
         for phase in ("round0", "round1"):
