@@ -83,6 +83,11 @@ def main() -> int:
         print("no checkpoint: starting from scratch", flush=True)
 
     for it in range(start + 1, a.iterations + 1):
+        if it == a.bad_sample_at and rank == 0:
+            # the story: the checkpoints started before the bad sample are complete, so the
+            # next cycle resumes from the newest and the repeat shows no progress (without
+            # this, whether an in-flight save landed before the error decided the verdict)
+            mgr.wait()
         with section("step"):
             x, y = _batch(it, rank, a.bad_sample_at)
             loss = nn.functional.mse_loss(ddp(x), y)
