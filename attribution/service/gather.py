@@ -9,6 +9,10 @@ in the verdict). A node that ends after that re-decides the cycle with its log; 
 previous decision is kept in the verdict (`cycle_nodes.previous`). Every node reads the
 same verdict (`status`), so one decision holds on every node.
 
+Memory: a cycle's state is kept while it is in use; once its analysis succeeded (the verdict
+is in the history) it is retired, and only the newest `max_finished` retired cycles stay in
+memory: an older one is answered from the history (`status`), as after a service restart.
+
 Leases: `sweep()` records `lost` the jobs whose launchers all stopped renewing
 (`storage.node_logs.expire_leases`); the service runs it every few seconds.
 """
@@ -21,6 +25,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,8 @@ from relaunch.storage import node_logs
 from relaunch.storage.repository import HistoryRepository
 
 log = logging.getLogger(__name__)
+
+MAX_FINISHED = 1024  # retired cycles kept in memory (each holds its verdict)
 
 
 @dataclass
@@ -61,6 +68,7 @@ class CycleGather:
         *,
         node_wait_s: float = 60.0,
         data_dir: str | Path | None = None,
+        max_finished: int = MAX_FINISHED,
     ) -> None:
         self.repo = repo
         self.engine = engine
@@ -69,15 +77,42 @@ class CycleGather:
         self.opener = opener
         self.node_wait_s = node_wait_s
         self.data_dir = data_dir  # where nodes' uploaded Flight Recorder dumps are stored
+        self.max_finished = max(1, max_finished)
         self._cycles: dict[tuple[str, int], _Gather] = {}
+        # retired cycles, oldest first: only these are ever evicted from `_cycles`
+        self._finished: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._lock = threading.Lock()
 
     def _state(self, key: tuple[str, int]) -> _Gather:
+        """The cycle's state, in use from now on: taken off the retired list, so it cannot
+        be evicted while a request or an analysis works on it (one evicted before is made
+        afresh, as after a service restart)."""
         with self._lock:
+            self._finished.pop(key, None)
             g = self._cycles.get(key)
             if g is None:
                 g = self._cycles[key] = _Gather()
             return g
+
+    def _retire_if_done(self, key: tuple[str, int], g: _Gather, *, all_ended: bool) -> None:
+        """With `g.lock` held: a cycle that waits for nothing (its analysis succeeded and
+        its verdict is stored, or every node ended and none asked for a verdict) is retired;
+        the oldest retired beyond `max_finished` leave memory. A failed analysis stays (its
+        error is only here)."""
+        f = g.future
+        if g.timer is not None or g.rerun:
+            return
+        if f is None and (g.wanted or not all_ended):
+            return
+        if f is not None and (not f.done() or f.exception() is not None):
+            return
+        with self._lock:
+            if self._cycles.get(key) is not g:
+                return
+            self._finished[key] = None
+            while len(self._finished) > self.max_finished:
+                old, _ = self._finished.popitem(last=False)
+                self._cycles.pop(old, None)
 
     # -- requests ----------------------------------------------------------------------
     def register(
@@ -158,6 +193,7 @@ class CycleGather:
                 g.timer = threading.Timer(self.node_wait_s, self._timeout, args=(key,))
                 g.timer.daemon = True
                 g.timer.start()
+            self._retire_if_done(key, g, all_ended=len(ended) >= expected)
         return self.status(job_id, cycle)
 
     def _identity(self, path: str) -> tuple[int | None, str | None]:
@@ -230,6 +266,8 @@ class CycleGather:
         with g.lock:
             if g.rerun and g.future is not None and g.future.done():
                 self._start(key, g)
+            else:
+                self._retire_if_done(key, g, all_ended=True)
 
     def _flight_recorder(self, job_id: str, cycle: int, dirs: list[str]) -> None:
         """Analyse the Flight Recorder dumps of the cycle: those the nodes' launchers
