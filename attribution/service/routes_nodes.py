@@ -148,5 +148,5 @@ async def lease(job_id: JobId, body: LeaseIn, st: StateDep) -> dict[str, Any]:
         "node": node,
         "state": state,
         "timeout_s": timeout,
-        "renew_every_s": max(0.2, timeout / 4),
+        "renew_every_s": st.settings.lease_renew_every_s,
     }

@@ -62,6 +62,18 @@ class ServiceSettings:
     body_timeout_s: float = 60.0  # longest wait for each piece of a request body (408)
 
     @property
+    def lease_renew_every_s(self) -> float:
+        """How often a launcher renews its lease (told in each lease answer): four times a
+        timeout, so one or two lost renewals never record a live job `lost`."""
+        return max(0.2, self.lease_timeout_s / 4)
+
+    @property
+    def lease_sweep_every_s(self) -> float:
+        """How often the service looks for expired leases: as often as launchers renew,
+        at most every 5 s, so a dead job is recorded `lost` within timeout + 5 s."""
+        return min(5.0, self.lease_renew_every_s)
+
+    @property
     def analysis_budget(self) -> AnalysisBudget:
         return AnalysisBudget(self.analysis_cpu_seconds, self.analysis_max_kept)
 

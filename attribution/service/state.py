@@ -136,7 +136,7 @@ class ServiceState:
         """Record `lost` the jobs whose launchers all stopped renewing their leases."""
         timeout = self.settings.lease_timeout_s
         while True:
-            await asyncio.sleep(max(0.2, min(5.0, timeout / 4)))
+            await asyncio.sleep(self.settings.lease_sweep_every_s)
             try:
                 lost = await asyncio.to_thread(self.gather.sweep, timeout)
             except Exception:
