@@ -516,6 +516,23 @@ def test_a_ray_task_error_wrapping_a_runtime_error_with_infrastructure_words_res
     assert (f, s) == ("RESTART", "RESTART")
 
 
+def test_a_coordination_service_task_lost_wins_over_a_later_program_error() -> None:
+    # JAX multi-host: the coordination service marks a host's task ERROR (heartbeat timeout);
+    # a host's later ValueError while its peers vanish must not make it a workload STOP
+    log = (
+        "I0301 10:00:00.100000 139 trainer.py:501] Training: step 40\n"
+        "2024-03-01 10:02:00.000001: E external/xla/xla/tsl/distributed_runtime/coordination/"
+        "coordination_service.cc:954] /job:jax_worker/replica:0/task:7 has been set to ERROR in"
+        " coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:7 heartbeat"
+        " timeout. This indicates that the remote task has failed, got preempted, or crashed"
+        " unexpectedly.\n"
+        "ValueError: expected 16 shards, got 14\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.failure_class == "node_failure" and primary.domain == "infrastructure"
+
+
 def test_a_flight_recorder_culprit_without_a_line_of_its_own_is_the_root() -> None:
     """Mirrors a gloo collective timeout under `relaunch run`: rank 0 times out in the
     all-reduce (a cascade), rank 1 never entered it and was stopped silently; the dumps
