@@ -533,6 +533,35 @@ def test_a_coordination_service_task_lost_wins_over_a_later_program_error() -> N
     assert primary.failure_class == "node_failure" and primary.domain == "infrastructure"
 
 
+def _determined(rank: int, text: str) -> str:
+    # Determined's log shipper: `<>  [time] <container id> [rank=N] || <the worker's line>`
+    return f"<>        [2021-12-07 10:40:07] 152337f9 [rank={rank}] || {text}\n"
+
+
+def test_determined_rank_tag_behind_its_lead_names_the_rank_and_exposes_the_error() -> None:
+    log = (
+        _determined(0, "2021-12-07 10:40:07.163460: I tensorflow/core/platform/cpu_utils.cc:112]")
+        + _determined(1, "Traceback (most recent call last):")
+        + _determined(1, '  File "/run/determined/workdir/model_def.py", line 42, in build_data')
+        + _determined(1, '    labels = batch["labels"]')
+        + _determined(1, "KeyError: 'labels'")
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary  # before: no evidence, restarted forever
+    assert primary.rank == 1 and primary.failure_class == "python_key_error"
+
+
+def test_determined_rank_tag_on_an_infrastructure_error_restarts() -> None:
+    log = _determined(
+        3,
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970,"
+        " remote process exited or there was a network error, NCCL version 2.18.1",
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.rank == 3
+
+
 def test_a_flight_recorder_culprit_without_a_line_of_its_own_is_the_root() -> None:
     """Mirrors a gloo collective timeout under `relaunch run`: rank 0 times out in the
     all-reduce (a cascade), rank 1 never entered it and was stopped silently; the dumps
