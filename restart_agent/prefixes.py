@@ -18,7 +18,9 @@ Understood (at the start of a line):
   (`2024-03-01 10:00:00,123 - [rank3]:`, `[2024-03-01 10:00:00] [rank3]:`, glog's
   `I0301 10:00:00.123 12 f.cc:4] [rank3]:`), Ray's `(RayTrainWorker pid=7) [rank3]:`, a
   `<name> [stderr] [rank3]:` tag, the quote that opens a wrapper's quoted message
-  (SageMaker's `ErrorMessage "[rank3]: ValueError: ...`). The lead is at most `MAX_LEAD`
+  (SageMaker's `ErrorMessage "[rank3]: ValueError: ...`); Determined's log shipper tags a
+  worker line `<>  [2021-12-07 10:40:07] 152337f9 [rank=1] || <line>` (the `[rank=N] || `
+  tag behind its timestamp and container-id lead). The lead is at most `MAX_LEAD`
   characters, ends with a blank, `]`, `)` or a quote, and holds no `": "` (so the `[rank3]:`
   quoted inside a message such as `RuntimeError: failed on [rank3]: x` is no prefix: the
   message stays the body)
@@ -46,8 +48,9 @@ _COMPOSE = re.compile(r"^[A-Za-z][\w.-]{0,80}? *\| ")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
 _LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
 MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
-# torch's own rank prefix where it does not start the line (behind a timestamp/logger lead)
-_TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:")
+# torch's own rank prefix where it does not start the line (behind a timestamp/logger lead),
+# and Determined's log shipper's `[rank=N] || ` tag (behind its `[time] <container-id>` lead)
+_TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[rank=(?P<r2>\d{1,8})\] \|\|")
 _LEAD_WORDS = ("[rank", "[default")
 _LEAD_ENDS = " \t])\"'"
 MAX_LEAD = 160  # characters of timestamp / logger / worker tag before a lead rank prefix
@@ -102,10 +105,11 @@ def _lead(line: str) -> tuple[int, str, bool, int] | None:
     m = _TORCH.match(line, best)
     if m is None:
         return None
+    group = "r1" if m.group("r1") else "r2"
     body = line[m.end() :]
     if body.startswith(" "):
         body = body[1:]
-    return int(m.group("r1")), body, True, m.start("r1")
+    return int(m.group(group)), body, True, m.start(group)
 
 
 def split_prefix(line: str) -> Split:

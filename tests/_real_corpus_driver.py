@@ -7,7 +7,7 @@ before its cycle 1 is analysed.
 
     python tests/_real_corpus_driver.py < argvs.json   # -> JSON list of {rc, stdout, stderr}
     python tests/_real_corpus_driver.py --report       # table and counts, every corpus
-    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | holdout2 | ... | holdout6)
+    python tests/_real_corpus_driver.py --report holdout   # one corpus (real | holdout | ... | holdout6 | train2)
 
 Run it by path (not `-m`) so that `relaunch_cli` comes from PYTHONPATH, not the cwd.
 """
@@ -25,7 +25,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Corpus name -> directory holding `labels.yaml` and one `<id>.log` per case. `real` is the
-# training corpus the analyzer was tuned on; `holdout` to `holdout6` were each collected
+# training corpus the analyzer was tuned on (`train2` is a second one, for issue 24's general
+# rules); `holdout` to `holdout6` were each collected
 # and labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
 CORPORA = {
     "real": FIXTURES / "real",
@@ -35,6 +36,8 @@ CORPORA = {
     "holdout4": FIXTURES / "real_holdout4",
     "holdout5": FIXTURES / "real_holdout5",
     "holdout6": FIXTURES / "real_holdout6",
+    # A second training corpus (issue 24): collected to tune GENERAL rules on, not blind.
+    "train2": FIXTURES / "real_train2",
 }
 
 

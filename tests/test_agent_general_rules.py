@@ -465,6 +465,103 @@ def test_a_task_exception_quoted_by_its_repr_keeps_its_type_lean() -> None:
     assert primary.domain == "workload"
 
 
+# ---------------------------------------------------------------- after real_train2 (issue 24)
+def test_an_object_dump_names_the_exception_type_of_a_programming_error() -> None:
+    # CPython's object dump after `Original exception was:` (a failing excepthook, a fatal
+    # error): the exception is only in `object type name` / `object repr`, no `X: msg` line
+    log = (
+        "Original exception was:\n"
+        "Traceback (most recent call last):\n"
+        "object address  : 0x7f00aa001122\n"
+        "object refcount : 3\n"
+        "object type     : 0x55aa00112233\n"
+        "object type name: KeyError\n"
+        "object repr     : KeyError('pixel_values')\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload" and primary.pattern_id == "py.object_dump_programming_error"
+
+
+def test_an_object_dump_of_another_type_is_not_made_a_workload_bug() -> None:
+    log = "object type name: OSError\nobject repr     : OSError(5, 'Input/output error')\n"
+    f, s, _ = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART")
+
+
+def test_a_ray_task_error_wrapping_a_programming_error_is_the_task_codes_bug() -> None:
+    # Ray Train's driver: the trainer actor's and the worker's RayTaskError(<type>) lines,
+    # the wrapped type only in parentheses (its message is further down, often cut)
+    log = (
+        "ray.exceptions.RayTaskError(AttributeError): ray::_Inner.train() (pid=811, ip=10.0.0.2,"
+        " actor_id=aa01, repr=TorchTrainer)\n"
+        '  File "/usr/lib/python3.10/site-packages/ray/tune/trainable/trainable.py", line 375,'
+        " in train\n"
+        "    raise skipped from exception_cause(skipped)\n"
+        "ray.exceptions.RayTaskError(AttributeError): ray::_RayTrainWorker__execute.get_next()"
+        " (pid=815, ip=10.0.0.3)\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary
+    assert primary.pattern_id == "ray.task_error_programming_error"
+
+
+def test_a_ray_task_error_wrapping_a_runtime_error_with_infrastructure_words_restarts() -> None:
+    log = (
+        "ray.exceptions.RayTaskError(RuntimeError): ray::_RayTrainWorker__execute() (pid=9,"
+        " ip=10.0.0.4)\n"
+        "RuntimeError: NCCL communicator was aborted on rank 3: a network connection was lost\n"
+    )
+    f, s, _ = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART")
+
+
+def test_a_coordination_service_task_lost_wins_over_a_later_program_error() -> None:
+    # JAX multi-host: the coordination service marks a host's task ERROR (heartbeat timeout);
+    # a host's later ValueError while its peers vanish must not make it a workload STOP
+    log = (
+        "I0301 10:00:00.100000 139 trainer.py:501] Training: step 40\n"
+        "2024-03-01 10:02:00.000001: E external/xla/xla/tsl/distributed_runtime/coordination/"
+        "coordination_service.cc:954] /job:jax_worker/replica:0/task:7 has been set to ERROR in"
+        " coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/task:7 heartbeat"
+        " timeout. This indicates that the remote task has failed, got preempted, or crashed"
+        " unexpectedly.\n"
+        "ValueError: expected 16 shards, got 14\n"
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.failure_class == "node_failure" and primary.domain == "infrastructure"
+
+
+def _determined(rank: int, text: str) -> str:
+    # Determined's log shipper: `<>  [time] <container id> [rank=N] || <the worker's line>`
+    return f"<>        [2021-12-07 10:40:07] 152337f9 [rank={rank}] || {text}\n"
+
+
+def test_determined_rank_tag_behind_its_lead_names_the_rank_and_exposes_the_error() -> None:
+    log = (
+        _determined(0, "2021-12-07 10:40:07.163460: I tensorflow/core/platform/cpu_utils.cc:112]")
+        + _determined(1, "Traceback (most recent call last):")
+        + _determined(1, '  File "/run/determined/workdir/model_def.py", line 42, in build_data')
+        + _determined(1, '    labels = batch["labels"]')
+        + _determined(1, "KeyError: 'labels'")
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "STOP"), primary  # before: no evidence, restarted forever
+    assert primary.rank == 1 and primary.failure_class == "python_key_error"
+
+
+def test_determined_rank_tag_on_an_infrastructure_error_restarts() -> None:
+    log = _determined(
+        3,
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970,"
+        " remote process exited or there was a network error, NCCL version 2.18.1",
+    )
+    f, s, primary = _decisions(log)
+    assert (f, s) == ("RESTART", "RESTART"), primary
+    assert primary.rank == 3
+
+
 def test_a_flight_recorder_culprit_without_a_line_of_its_own_is_the_root() -> None:
     """Mirrors a gloo collective timeout under `relaunch run`: rank 0 times out in the
     all-reduce (a cascade), rank 1 never entered it and was stopped silently; the dumps

@@ -4,7 +4,8 @@ Several corpora, each a directory with `labels.yaml` (see tests/_real_corpus_dri
 `real` (tests/fixtures/real/, the training corpus the analyzer was tuned on), `holdout`
 (tests/fixtures/real_holdout/), `holdout2` (tests/fixtures/real_holdout2/), `holdout3`
 (tests/fixtures/real_holdout3/) and `holdout4` (tests/fixtures/real_holdout4/), other threads, each
-collected and labelled without the analyzer's authors seeing them, to measure generalisation.
+collected and labelled without the analyzer's authors seeing them, to measure generalisation,
+and `train2` (tests/fixtures/real_train2/), a second training corpus for issue 24's general rules.
 No thread is in two corpora. Test ids are `<corpus>/<case id>`.
 
 Every case is analysed as cycle 0 of a fresh job, then the
@@ -190,9 +191,16 @@ def test_labels_are_complete_and_valid(corpus: str) -> None:
 def test_no_thread_in_two_corpora() -> None:
     """A held-out corpus measures generalisation only if none of its threads is in another corpus
     (the training corpus or an earlier held-out one). One corpus may hold two excerpts of a thread."""
-    assert {"real", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6"} <= set(
-        CORPORA
-    ), sorted(CORPORA)
+    assert {
+        "real",
+        "holdout",
+        "holdout2",
+        "holdout3",
+        "holdout4",
+        "holdout5",
+        "holdout6",
+        "train2",
+    } <= set(CORPORA), sorted(CORPORA)
     owner: dict[str, str] = {}  # thread URL -> the first corpus/case that uses it
     for corpus in CORPORA:
         for case in load_cases(corpus):
