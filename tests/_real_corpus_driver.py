@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Corpus name -> directory holding `labels.yaml` and one `<id>.log` per case. `real` is the
 # training corpus the analyzer was tuned on (`train2` is a second one, for issue 24's general
-# rules); `holdout` to `holdout6` were each collected
+# rules); `holdout` to `holdout7` were each collected
 # and labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
 CORPORA = {
     "real": FIXTURES / "real",
@@ -36,6 +36,7 @@ CORPORA = {
     "holdout4": FIXTURES / "real_holdout4",
     "holdout5": FIXTURES / "real_holdout5",
     "holdout6": FIXTURES / "real_holdout6",
+    "holdout7": FIXTURES / "real_holdout7",
     # A second training corpus (issue 24): collected to tune GENERAL rules on, not blind.
     "train2": FIXTURES / "real_train2",
 }
