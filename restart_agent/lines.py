@@ -73,6 +73,8 @@ _LAZY_FRAME = MAX_TEXT  # frame(): bytes of a frame kept undecoded (no more than
 MAX_HEADS = 1 << 12  # distinct line heads (and frame tails) remembered
 MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
+# where a rank-prefixed line starts inside a physical line (line breaks lost in a paste)
+_FLATTENED = re.compile(r"(?<=\S) +(?=\[rank\d{1,7}\]: )")
 _MESSAGE_RANK = MESSAGE_RANK
 _SRUN_TASK = SRUN_TASK
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
@@ -358,6 +360,15 @@ class LineInterpreter:
     def line(self, raw: bytes, lineno: int, hints: set[str] | frozenset[str] | None = None) -> None:
         """One candidate line; `hints`: the only literal triggers it holds, if known."""
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if text.count("[rank") > 2 and len(parts := _FLATTENED.split(text)) > 2:
+            # a paste that lost its line breaks: `[rank5]: Traceback ... [rank5]: File ...
+            # [rank5]: TypeError: ...` on one line is read as the lines it was
+            for part in parts:
+                self._text(part, lineno, None)
+            return
+        self._text(text, lineno, hints)
+
+    def _text(self, text: str, lineno: int, hints: set[str] | frozenset[str] | None) -> None:
         if text.startswith(FACT_PREFIX):  # only an unprefixed line can be a launcher fact
             self.facts.line(text, lineno)
             return

@@ -11,8 +11,9 @@ Understood (at the start of a line):
 - `[Rank 3] `, `[rank: 3] ` DeepSpeed's / Lightning's rank tag starting a line (a blank, no colon)
 - stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
   and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
-- a container log collector's service tag (docker compose `daskcluster-worker-1     | `):
-  dropped like a stream tag (it names a container, not a rank)
+- a container log collector's service tag (docker compose `daskcluster-worker-1     | `)
+  and Ray's worker tag (`(pid=7) `, `(RayTrainWorker pid=7, ip=10.0.0.3) `): dropped like a
+  stream tag (each names a container or a process, not a rank)
 - torch's `[rank3]:` / `[rank 3]:` / `[default3]:` behind a LEAD that a logger, a log
   collector or a worker pool put in front of the line: a timestamp
   (`2024-03-01 10:00:00,123 - [rank3]:`, `[2024-03-01 10:00:00] [rank3]:`, glog's
@@ -45,6 +46,9 @@ _STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
 # docker compose's `<service>-<n>   | ` tag (a name that starts with a letter: a loguru
 # `2024-01-01 10:00:00 | ERROR | ...` line starts with a digit and keeps its text)
 _COMPOSE = re.compile(r"^[A-Za-z][\w.-]{0,80}? *\| ")
+# Ray's worker tag (`(pid=7) `, `(RayTrainWorker pid=7, ip=10.0.0.3) `): names a process, not
+# a rank; dropped like a stream tag
+_RAY = re.compile(r"^\((?:[A-Za-z_][\w.]{0,80} )?pid=\d{1,10}(?:, ip=[0-9A-Fa-f.:]{1,45})?\) ?")
 _LAUNCHER = re.compile(r"^\s*\[(?:relaunch|launcher)\]")
 _LAUNCHER_RANK = re.compile(r"\brank[= ](\d{1,8})\b")
 MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsing)
@@ -129,6 +133,10 @@ def split_prefix(line: str) -> Split:
     if compose:
         at += compose.end()
         line = line[compose.end() :]
+    ray = _RAY.match(line) if line.startswith("(") else None
+    if ray:
+        at += ray.end()
+        line = line[ray.end() :]
     outer = _one(line)
     if outer is None and not _LAUNCHER.match(line):
         outer = _lead(line)

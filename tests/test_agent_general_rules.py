@@ -602,3 +602,69 @@ def test_a_killed_flight_recorder_culprit_keeps_its_signals_class() -> None:
     assert v["primary"]["rank"] == 2
     assert v["primary"]["failure_class"] != "hang_detected", v["primary"]
     assert "SIGKILL" in v["primary"]["text"]
+
+
+# ---------------------------------------------------------------- after holdout7 (issue 24)
+def test_where_a_cycle_starts_is_not_progress_so_a_startup_oom_stops_on_its_recurrence() -> None:
+    # detectron2's train loop announces its start point; an OOM in the first backward right
+    # after it is an OOM before the first iteration (policy: RESTART, then STOP)
+    text = (
+        "[12/26 14:49:07 d2.engine.train_loop]: Starting training from iteration 0\n"
+        "Traceback (most recent call last):\n"
+        '  File "/app/train_net.py", line 140, in train\n'
+        "    losses.backward()\n"
+        "RuntimeError: CUDA out of memory. Tried to allocate 98.00 MiB (GPU 0; 5.81 GiB total"
+        " capacity; 3.61 GiB already allocated; 77.75 MiB free)\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "STOP"), primary
+    # the same OOM after real iterations is fragmentation-prone: retryable on the recurrence
+    progressed = "iteration: 57, loss=3.2\n" + text.replace("Starting training", "Resuming")
+    assert _decisions(progressed)[:2] == ("RESTART", "RESTART")
+
+
+def test_a_rank_prefixed_traceback_that_lost_its_line_breaks_is_read_as_its_lines() -> None:
+    text = (
+        '[rank5]: Traceback (most recent call last): [rank5]: File "/work/app/cli.py", line 5,'
+        ' in <module> [rank5]: main() [rank5]: File "/work/app/trainer.py", line 311, in'
+        " split [rank5]: if name.startswith(llm): [rank5]: TypeError: startswith first arg"
+        " must be str or a tuple of str, not list\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "STOP")
+    assert primary.rank == 5 and primary.failure_class == "python_type_error", primary
+    assert primary.user_frame == "/work/app/trainer.py:311"
+
+
+def test_a_message_quoting_one_rank_prefix_is_still_one_line() -> None:
+    # two `[rankN]:` inside one message are no flattened paste (it takes three or more)
+    text = "[rank1]: RuntimeError: peer [rank0]: closed the connection (Connection reset by peer)\n"
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "RESTART") and primary.rank == 1, primary
+
+
+@pytest.mark.parametrize(
+    "tag", ["(EmbodiedFSDPActor pid=9671) ", "(pid=12) ", "(RayTrainWorker pid=7, ip=10.0.0.3) "]
+)
+def test_a_ray_worker_tag_is_dropped_like_a_stream_tag(tag: str) -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/checkpoint/'
+        'default_planner.py", line 364, in create_default_local_load_plan',
+        "    raise ValueError(",
+        "ValueError: Size mismatch between saved torch.Size([257152, 2048]) and current:"
+        " torch.Size([131661824]) for model.embed_tokens.weight",
+    ]
+    first, second, primary = _decisions("".join(tag + line + "\n" for line in lines))
+    assert (first, second) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload" and primary.rank is None, primary
+
+
+def test_ddp_model_that_differs_between_ranks_is_a_workload_bug() -> None:
+    text = (
+        "[rank2]: RuntimeError: [2]: params[32] in this process with sizes [40960, 512] appears"
+        " not to match sizes of the same param in process 0.\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "STOP")
+    assert primary.failure_class == "ddp_model_mismatch" and primary.rank == 2, primary
