@@ -3,10 +3,14 @@
 One manager per rank, made by every rank in the same order (its constructor is
 collective). `save_async(state_dict, step)` stages the state into shared-memory buffers
 that are allocated once and reused (DCP's `DefaultStager`: device tensors copied to host,
-CPU tensors copied too, so the next optimizer step cannot change the checkpoint) and
-returns; the write runs in DCP's persistent background process (`async_save` with
+CPU tensors copied too, so the next optimizer step cannot change the checkpoint); the
+write runs in DCP's persistent background process (`async_save` with
 `AsyncCheckpointerType.PROCESS`: spawned once, serves every save, one gloo group of its
-own). A finisher thread per save then makes the checkpoint visible atomically:
+own). The staging runs on the stager's thread: without a guard `save_async` waits for it
+and returns staged; with `guard(optimizer)` it returns once staging has started and the
+optimizer's next `step()` waits for it (a step pre-hook), so the copy overlaps the
+forward and backward passes; the wait counts as the save's blocked time. A finisher
+thread per save then makes the checkpoint visible atomically:
 
 1. each rank checksums the files it wrote (CRC-32) and posts them with a `done` count in
    the job's c10d store;
@@ -36,6 +40,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -79,8 +84,11 @@ class _Save:
     started: float
     partial: Path  # the folder this node's ranks write into (local or persistent tier)
     url_partial: str = ""  # with a URL persistent tier and no local one: its path there
-    future: Future[Any] | None = None
-    blocked_s: float = 0.0
+    future: Future[Any] | None = None  # DCP's write (upload) finished
+    staging: Future[Any] | None = None  # the copy into the staging buffers finished
+    staging_waited: bool = False  # save_async or wait_staged saw the staging finish
+    blocked_s: float = 0.0  # in save_async, plus any wait for its staging (wait_staged)
+    staged_at: float = 0.0  # monotonic: the staging copy finished
     written_at: float = 0.0  # monotonic: the background write (DCP) finished
     committed_at: float = 0.0  # monotonic: visible in its first tier
     done: threading.Event = field(default_factory=threading.Event)
@@ -89,6 +97,27 @@ class _Save:
     info: CheckpointInfo | None = None
     persistent: CheckpointInfo | None = None
     prev: _Save | None = None  # the save before: its finisher ends before this one's starts
+
+
+def _staged(rec: _Save) -> None:
+    rec.staged_at = rec.staged_at or time.monotonic()
+
+
+class _Guard:
+    """The hooks of one `CheckpointManager.guard()` call; `remove()` takes them away."""
+
+    def __init__(self, mgr: CheckpointManager, handles: list[Any]) -> None:
+        self._mgr: CheckpointManager | None = mgr
+        self._handles = handles
+
+    def remove(self) -> None:
+        """Remove the hooks (idempotent)."""
+        if self._mgr is None:
+            return
+        for h in self._handles:
+            h.remove()
+        self._mgr._guards -= 1
+        self._mgr = None
 
 
 class CheckpointManager:
@@ -144,7 +173,11 @@ class CheckpointManager:
         store = dist.distributed_c10d._get_default_store()
         self._store = dist.PrefixStore(f"relaunch_ckpt/{self._nonce}/", store)
         cuda = torch.cuda.is_available()
-        self._stager = DefaultStager(StagingOptions(cuda, True, False, cuda))
+        # async staging: the copy runs on the stager's one thread (DCP's ThreadPoolExecutor;
+        # on CPU a plain copy into shared memory, GIL released); save_async waits for it
+        # unless a guard (guard()) makes the state's next change wait instead
+        self._stager = DefaultStager(StagingOptions(cuda, True, True, cuda))
+        self._guards = 0  # guards registered and not removed (guard())
         self._seq = 0
         self._inflight: _Save | None = None
         self.last: _Save | None = None  # the most recent save, finished or not
@@ -164,7 +197,12 @@ class CheckpointManager:
     # -- saving -------------------------------------------------------------------
     def save_async(self, state_dict: dict[str, Any], step: int) -> float:
         """Stage `state_dict` and start writing it as checkpoint `step`; returns the seconds
-        the caller was blocked (waiting for the previous save's write, then staging).
+        the caller was blocked in this call (waiting for the previous save's write, then,
+        without a guard, for the staging copy).
+
+        With a guard (`guard(optimizer)`) it returns once the staging has started: the
+        state must not change until `wait_staged()` (the guard calls it before the
+        optimizer's next step); that wait is added to the record's `blocked_s`.
 
         Collective: every rank calls it with the same step."""
         t0 = time.monotonic()
@@ -194,15 +232,73 @@ class CheckpointManager:
             async_checkpointer_type=dcp.state_dict_saver.AsyncCheckpointerType.PROCESS,
             async_stager=self._stager,
         )
-        if not isinstance(fut, Future):  # a staging future (async staging is off: not here)
-            fut = fut.upload_completion
-        rec.future = fut
-        rec.blocked_s = time.monotonic() - t0
+        if isinstance(fut, Future):  # staged synchronously (a stager without a thread)
+            rec.future, rec.staged_at, rec.staging_waited = fut, time.monotonic(), True
+        else:
+            rec.future, rec.staging = fut.upload_completion, fut.staging_completion
+            rec.staging.add_done_callback(lambda _f: _staged(rec))
         self._inflight = self.last = rec
         threading.Thread(
             target=self._finish, args=(rec,), name=f"relaunch-ckpt-{step}", daemon=True
         ).start()
+        if not self._guards:
+            self._wait_staging(rec)  # no guard: return staged, as a synchronous stager
+        rec.blocked_s = time.monotonic() - t0
         return rec.blocked_s
+
+    def wait_staged(self) -> float:
+        """Wait until the save in flight has finished copying the state into its staging
+        buffers (after that the state may change); returns the seconds waited, which are
+        added to the save's `blocked_s`. Immediate when no staging is in flight. A staging
+        error is not raised here: the save fails and `wait()` raises it."""
+        rec = self._inflight
+        if rec is None or rec.staging_waited:
+            return 0.0
+        waited = self._wait_staging(rec)
+        rec.blocked_s += waited
+        return waited
+
+    @staticmethod
+    def _wait_staging(rec: _Save) -> float:
+        staging = rec.staging
+        if staging is None or rec.staging_waited:
+            return 0.0
+        t0 = time.monotonic()
+        wait_futures([staging])  # never raises: the finisher records a failed save
+        rec.staging_waited = True
+        now = time.monotonic()
+        rec.staged_at = rec.staged_at or now  # the done callback may not have run yet
+        return now - t0
+
+    def guard(self, *targets: torch.optim.Optimizer | torch.nn.Module) -> _Guard:
+        """Make `save_async` return as soon as staging has started, and each target wait
+        for the staging in flight before it changes the state: an optimizer before its
+        `step()` (a step pre-hook), a module before its forward (a forward pre-hook: for
+        state a forward changes in place, e.g. BatchNorm's running statistics or DDP's
+        buffer broadcast). The hooks cost nothing when no staging is in flight. Returns a
+        handle; `handle.remove()` removes the hooks (with no guard left, `save_async`
+        waits for staging again). Any other in-place change of the saved tensors needs
+        `wait_staged()` first."""
+        if not targets:
+            raise CheckpointError("guard() needs an optimizer or a module to guard")
+
+        def hook(*_args: Any) -> None:
+            self.wait_staged()
+
+        handles: list[Any] = []
+        for t in targets:
+            if isinstance(t, torch.optim.Optimizer):
+                handles.append(t.register_step_pre_hook(hook))
+            elif isinstance(t, torch.nn.Module):
+                handles.append(t.register_forward_pre_hook(hook))
+            else:
+                for h in handles:
+                    h.remove()
+                raise CheckpointError(
+                    f"guard() takes optimizers and modules, not {type(t).__name__}"
+                )
+        self._guards += 1
+        return _Guard(self, handles)
 
     def poll(self) -> bool:
         """True when no save is in flight (the last one committed, aborted or failed)."""

@@ -2,8 +2,9 @@
 
 Run by `relaunch demo` under `relaunch run`. The story it tells, one cycle at a time:
 
-- cycle 0: training runs, checkpoints asynchronously (relaunch.checkpoint: the write runs
-  in a background process; a checkpoint is visible once every rank's part is durable),
+- cycle 0: training runs, checkpoints asynchronously (relaunch.checkpoint: the staging copy
+  overlaps the next step, guarded by the optimizer's step pre-hook; the write runs in a
+  background process; a checkpoint is visible once every rank's part is durable),
   then rank 1 hits an infrastructure-like fault (a realistic NCCL network error line,
   then the process dies by SIGKILL) -> RESTART;
 - cycle 1: resumes from the newest complete checkpoint (found by `load_latest`; the
@@ -69,6 +70,9 @@ def main() -> int:
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     mgr = CheckpointManager(ckpt_dir)
+    # save_async returns once staging has started; the optimizer's next step waits for the
+    # copy (the only thing here that changes the saved state), so it overlaps the step
+    mgr.guard(opt)
     hint = mgr.resume_hint()
     resumed_at = torch.tensor(0)
     info = mgr.load_latest({"model": model.state_dict(), "iteration": resumed_at})  # in place
@@ -88,6 +92,8 @@ def main() -> int:
             # next cycle resumes from the newest and the repeat shows no progress (without
             # this, whether an in-flight save landed before the error decided the verdict)
             mgr.wait()
+        last = mgr.last
+        staged = last if last is not None and last.step == it - 1 else None
         with section("step"):
             x, y = _batch(it, rank, a.bad_sample_at)
             loss = nn.functional.mse_loss(ddp(x), y)
@@ -95,13 +101,17 @@ def main() -> int:
             loss.backward()
             opt.step()
         heartbeat()
-        if it % a.ckpt_every == 0:  # returns after staging; written in the background
+        if staged is not None and rank == 0:  # this step's optimizer waited for its staging
+            print(
+                f"checkpoint step {staged.step}: training blocked {staged.blocked_s:.3f} s "
+                "(save_async, then the optimizer's wait for the staging copy)",
+                flush=True,
+            )
+        if it % a.ckpt_every == 0:  # returns once staging started; written in the background
             sd = {"model": model.state_dict(), "iteration": torch.tensor(it)}
-            blocked = mgr.save_async(sd, it)
+            call = mgr.save_async(sd, it)
             if rank == 0:
-                print(
-                    f"checkpoint step {it} started (training blocked {blocked:.3f} s)", flush=True
-                )
+                print(f"checkpoint step {it} started (save_async {call:.3f} s)", flush=True)
         if rank == 0:
             print(f"iteration {it} loss {loss.item():.4f}", flush=True)
         report_progress(iteration=it)
