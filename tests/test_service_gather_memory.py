@@ -5,9 +5,11 @@ SQLite history, real engine, real analysis threads; node logs written here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,18 +41,29 @@ def _completed(gather: CycleGather, cycle: int) -> dict[str, Any]:
         time.sleep(0.02)
 
 
-def test_retired_cycles_leave_memory_and_are_answered_from_the_history(tmp_path: Path) -> None:
+def _opener(path: str) -> int:
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+
+
+@contextlib.contextmanager
+def _gather(tmp_path: Path, max_finished: int) -> Iterator[tuple[Path, CycleGather]]:
+    """A service's gatherer over a real SQLite history and one analysis thread."""
     root = Path(os.path.realpath(tmp_path))
     repo = open_repository(f"sqlite:///{root / 'h.db'}")
     pool = ThreadPoolExecutor(max_workers=1)
-
-    def opener(path: str) -> int:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-
     gather = CycleGather(
-        repo, AttributionEngine(repo), pool, [root], opener, node_wait_s=3600, max_finished=2
-    )
+        repo, AttributionEngine(repo), pool, [root], _opener, node_wait_s=3600,
+        max_finished=max_finished,
+    )  # fmt: skip
     try:
+        yield root, gather
+    finally:
+        gather.close()
+        pool.shutdown(wait=True)
+
+
+def test_retired_cycles_leave_memory_and_are_answered_from_the_history(tmp_path: Path) -> None:
+    with _gather(tmp_path, max_finished=2) as (root, gather):
         answers = []
         for cycle in range(5):
             p = root / f"cycle_{cycle}.node0.log"
@@ -68,23 +81,10 @@ def test_retired_cycles_leave_memory_and_are_answered_from_the_history(tmp_path:
             assert st["verdict"]["decision"] == answers[cycle]["decision"]
             assert st["verdict"]["primary"] == answers[cycle]["primary"]
         assert answers[0]["primary"]["rank"] == 1
-    finally:
-        gather.close()
-        pool.shutdown(wait=True)
 
 
 def test_a_cycle_waiting_for_a_node_is_never_evicted(tmp_path: Path) -> None:
-    root = Path(os.path.realpath(tmp_path))
-    repo = open_repository(f"sqlite:///{root / 'h.db'}")
-    pool = ThreadPoolExecutor(max_workers=1)
-
-    def opener(path: str) -> int:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-
-    gather = CycleGather(
-        repo, AttributionEngine(repo), pool, [root], opener, node_wait_s=3600, max_finished=1
-    )
-    try:
+    with _gather(tmp_path, max_finished=1) as (root, gather):
         # cycle 0 waits for its second node (a timer runs): it must stay however many others end
         p = root / "cycle_0.node0.log"
         _log(p, 0)
@@ -98,6 +98,3 @@ def test_a_cycle_waiting_for_a_node_is_never_evicted(tmp_path: Path) -> None:
             assert _completed(gather, cycle)["status"] == "completed"
         assert ("mem", 0) in gather._cycles
         assert gather.status("mem", 0)["expected"] == 2  # its in-memory state is intact
-    finally:
-        gather.close()
-        pool.shutdown(wait=True)
