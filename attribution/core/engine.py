@@ -396,7 +396,7 @@ class AttributionEngine:
             return
         scores = verdict_stragglers(facts, None)
         if scores is not None:
-            self.repo.save_stragglers(job_id, cycle, scores)
+            self.repo.save_stragglers(job_id, cycle, scores.to_dict())
 
     def end_job(
         self, job_id: str, state: str, exit_code: int, *, reason: str | None = None
