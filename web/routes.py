@@ -526,10 +526,8 @@ def cycle_page(request: Request, dash: DashDep, job_id: str, cycle: str) -> Resp
     excerpt, log_error = None, None
     try:
         with dash.open_log(record) as fh:
-            if detail["primary"] and isinstance(detail["primary"].get("line"), int):
-                excerpt = logview.excerpt(
-                    fh, detail["primary"]["line"], detail["primary"].get("rank")
-                )
+            if detail["excerpt_at"] is not None:
+                excerpt = logview.excerpt(fh, *detail["excerpt_at"])
     except logview.LogUnavailable as exc:
         log_error = str(exc)
     except OSError as exc:
