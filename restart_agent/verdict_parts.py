@@ -49,6 +49,11 @@ class _Part:
             }
         return {k: getattr(self, k) if k in names else self.extra[k] for k in self.keys_}
 
+    def with_(self: _P, **changes: Any) -> _P:
+        """A copy with these keys set (a key it did not have is added at the end, as a
+        JSON object's would be)."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
     @classmethod
     def from_dict(cls: type[_P], d: Any) -> _P:
         """From the stored JSON object (a non-object reads as an empty one)."""
