@@ -886,8 +886,8 @@ class HistoryRepository:
             q = _window(q, since, until)
             failing = case(
                 (Job.state.in_(("stopped", "failed")), 0),
-                (cyc.decision == "STOP", 0),
-                ((Job.state == "running") & (cyc.decision == "RESTART"), 1),
+                (cyc.decision == Decision.STOP.value, 0),
+                ((Job.state == "running") & (cyc.decision == Decision.RESTART.value), 1),
                 else_=2,
             )
             q = q.order_by(failing, Job.updated_at.desc(), Job.id.desc()).limit(limit)
@@ -988,7 +988,7 @@ def _deciding_cycle() -> Any:
         )
 
     latest = newest(lambda c: c.decision.is_not(None))
-    stop = newest(lambda c: c.decision == "STOP")
+    stop = newest(lambda c: c.decision == Decision.STOP)
     return case(
         (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
         else_=latest,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from relaunch.restart_agent.model import Verdict
+from relaunch.restart_agent.model import Decision, Verdict
 from relaunch.web.straggler_strip import straggler_strip
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted", "lost"})
@@ -22,15 +22,18 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted", "l
 COUNTED_STATES = ("running", "stopped", "failed", "succeeded", "interrupted")
 
 # what the deciding verdict did (storage.job_end.verdict_effect), in words
-_EFFECT_TEXT = {
-    ("STOP", "acted"): "acted on: the launcher ended the job on this STOP",
-    ("STOP", "recorded"): "recorded only: the launcher did not stop the job on it (acting on "
+_EFFECT_TEXT: dict[tuple[str, str], str] = {
+    (Decision.STOP, "acted"): "acted on: the launcher ended the job on this STOP",
+    (
+        Decision.STOP,
+        "recorded",
+    ): "recorded only: the launcher did not stop the job on it (acting on "
     "STOP is opt-in: --ft-attribution-stop-action no-restart)",
-    ("STOP", "pending"): "pending: the job ends on it only with "
+    (Decision.STOP, "pending"): "pending: the job ends on it only with "
     "--ft-attribution-stop-action no-restart",
-    ("RESTART", "acted"): "acted on: the launcher restarted the workers",
-    ("RESTART", "recorded"): "recorded only: the job ended before another cycle started",
-    ("RESTART", "pending"): "pending: the launcher restarts the workers",
+    (Decision.RESTART, "acted"): "acted on: the launcher restarted the workers",
+    (Decision.RESTART, "recorded"): "recorded only: the job ended before another cycle started",
+    (Decision.RESTART, "pending"): "pending: the launcher restarts the workers",
 }
 _EFFECT_BADGE = {"acted": "acted on", "recorded": "recorded only", "pending": "pending"}
 
@@ -213,7 +216,7 @@ def overview_row(o: Mapping[str, Any]) -> dict[str, Any]:
         rank=d.get("rank"),
         node=d.get("node"),
         decided=fmt_time(d.get("analysed_at")),
-        failing=row["state"] in ("stopped", "failed", "lost") or d.get("decision") == "STOP",
+        failing=row["state"] in ("stopped", "failed", "lost") or d.get("decision") == Decision.STOP,
     )
     return row
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from relaunch.attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
 from relaunch.restart_agent import safe_files
+from relaunch.restart_agent.model import Decision as VerdictDecision
 from relaunch.restart_agent.model import StragglerReport as StoredStragglers
 from relaunch.restart_agent.model import Verdict
 from relaunch.web.advice import next_step
@@ -301,7 +302,7 @@ class _Tools:
         return JobVerdicts(
             job=self._job(job),
             cycles=rows,
-            stop_cycles=[r.cycle for r in rows if r.decision == "STOP"],
+            stop_cycles=[r.cycle for r in rows if r.decision == VerdictDecision.STOP],
         )
 
     def explain_cycle(self, job_id: str, cycle: int) -> CycleExplanation:
