@@ -151,7 +151,50 @@ def test_llm_info_none_is_contributed_false_only() -> None:
 ADAPTERS = ("web", "storage", "attribution", "relaunch_cli", "launcher/attribution_client.py")
 BAR = 12
 # (module, function) -> why its look-ups are of JSON at a boundary, not of a verdict in code
-BOUNDARIES: dict[tuple[str, str], str] = {}
+BOUNDARIES: dict[tuple[str, str], str] = {
+    # an audit artifact is a file that may have been edited: it is checked key by key
+    ("attribution/core/audit.py", "_check_shape"): (
+        "validates an audit artifact file's JSON shape before anything reads it typed"
+    ),
+    ("attribution/core/audit.py", "_copies_diffs"): (
+        "compares an artifact's top-level copies with its own verdict JSON, key by key"
+    ),
+    ("attribution/core/audit.py", "recheck"): (
+        "compares the recorded verdict JSON with the recomputed one field by field"
+    ),
+    ("attribution/core/engine.py", "records_node_health"): (
+        "asks whether the stored JSON lists exactly this report (a typed read would "
+        "normalise the record it compares)"
+    ),
+    # the Flight Recorder's own findings JSON (not a verdict; `Verdict.fr` is built from it)
+    ("attribution/fr/__init__.py", "culprit_ranks"): "reads the FR analysis's own findings JSON",
+    ("attribution/fr/analyzer.py", "analyze"): "writes the FR analysis's own findings JSON",
+    ("attribution/fr/render.py", "render_text"): "prints the FR analysis's own findings JSON",
+    ("web/views.py", "fr_view"): "shows the FR analysis's stored findings JSON (cycles.fr_findings)",
+    ("web/views.py", "llm_view"): (
+        "shows the stored LLM enrichment record of any version (cycles.llm; older and "
+        "foreign answer shapes too)"
+    ),
+    ("attribution/core/policy_config.py", "<module>"): (
+        "POLICY_LIMITS[...] is the policy config's limits table, not a verdict"
+    ),
+    # SQL rows: columns named like verdict fields, read where storage makes them records
+    ("storage/repository.py", "_overview"): "a SQL row's columns into the job overview",
+    ("storage/repository.py", "_cycle_record"): "an evidence row's columns into a CycleRecord",
+    ("storage/repository.py", "save_verdict"): (
+        "names the bad decision of JSON that Verdict.read refused, in the error"
+    ),
+    ("storage/dashboard_queries.py", "timeline"): "a SQL row's columns into a timeline row",
+    ("web/views.py", "overview_row"): "the storage overview row (the deciding cycle's columns)",
+    ("web/views.py", "cycle_row"): (
+        "a timeline row's SQL columns (the verdict itself is read typed, via _verdict)"
+    ),
+    ("attribution/mcp/server.py", "_job"): "the storage overview row (the deciding cycle's columns)",
+    # the dashboard's own view rows (built by web.views from typed verdicts and rows)
+    ("web/views.py", "progress_plot"): "reads the view rows cycle_row built",
+    ("web/charts.py", "verdict_class"): "reads a view row cycle_row built",
+    ("web/charts.py", "failure_strip"): "reads the view rows cycle_row built",
+}
 
 
 def _field_names() -> set[str]:
@@ -223,5 +266,5 @@ def test_every_boundary_named_exists_and_says_why() -> None:
     for (rel, fn), why in BOUNDARIES.items():
         tree = ast.parse((REPO / rel).read_text(encoding="utf-8"))
         names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-        assert fn in names, f"{rel}: no function {fn}"
+        assert fn in names | {"<module>"}, f"{rel}: no function {fn}"
         assert len(why) > 20, (rel, fn)
