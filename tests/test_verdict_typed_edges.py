@@ -170,7 +170,10 @@ BOUNDARIES: dict[tuple[str, str], str] = {
     ("attribution/fr/__init__.py", "culprit_ranks"): "reads the FR analysis's own findings JSON",
     ("attribution/fr/analyzer.py", "analyze"): "writes the FR analysis's own findings JSON",
     ("attribution/fr/render.py", "render_text"): "prints the FR analysis's own findings JSON",
-    ("web/views.py", "fr_view"): "shows the FR analysis's stored findings JSON (cycles.fr_findings)",
+    (
+        "web/views.py",
+        "fr_view",
+    ): "shows the FR analysis's stored findings JSON (cycles.fr_findings)",
     ("web/views.py", "llm_view"): (
         "shows the stored LLM enrichment record of any version (cycles.llm; older and "
         "foreign answer shapes too)"
@@ -189,7 +192,10 @@ BOUNDARIES: dict[tuple[str, str], str] = {
     ("web/views.py", "cycle_row"): (
         "a timeline row's SQL columns (the verdict itself is read typed, via _verdict)"
     ),
-    ("attribution/mcp/server.py", "_job"): "the storage overview row (the deciding cycle's columns)",
+    (
+        "attribution/mcp/server.py",
+        "_job",
+    ): "the storage overview row (the deciding cycle's columns)",
     # the dashboard's own view rows (built by web.views from typed verdicts and rows)
     ("web/views.py", "progress_plot"): "reads the view rows cycle_row built",
     ("web/charts.py", "verdict_class"): "reads a view row cycle_row built",
