@@ -551,39 +551,47 @@ class Verdict:
         rule = str(d.get("rule") or "")
         try:
             typed_rule: Rule | str = Rule(rule)
-        except ValueError:
+        except ValueError:  # a rule id of another version: kept as it was stored
             typed_rule = rule
-        parts = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        lenient = {
-            **parts,
-            "decision": decision.value,
-            "rule": Rule.RESTART_NO_EVIDENCE.value,  # replaced below
-            "progress": d.get("progress") if isinstance(d.get("progress"), dict) else {},
-            "primary": _evidence_or_none(d.get("primary")),
-            "evidence": [e for e in map(_evidence_or_none, _list(d.get("evidence"))) if e],
-            "cascades": [
-                {**dict.fromkeys(CascadeGroup.__dataclass_fields__), **c}
-                for c in _list(d.get("cascades"))
-                if isinstance(c, dict)
-            ],
-            "node_health": [],
-        }
-        for part in ("history", "budgets", "fan_out", "llm", "scan"):
-            if not isinstance(lenient.get(part), dict):
-                lenient.pop(part, None)
-        for part in ("fr", "stragglers"):
-            if not isinstance(lenient.get(part), dict):
-                lenient[part] = None
-        v = cls.from_dict(lenient)
-        v.rule = typed_rule
+        primary = _evidence_or_none(d.get("primary"))
+
+        def part(name: str) -> dict[str, Any]:
+            value = d.get(name)
+            return value if isinstance(value, dict) else {}
+
         notes = []
         for n in _list(d.get("node_health")):
             try:
                 notes.append(NodeHealthNote.from_dict(n))
             except (ValueError, AttributeError):
                 continue  # not a health record: not shown
-        v.node_health = notes
-        return v
+        return cls(
+            decision=decision,
+            basis=str(d.get("basis") or ""),
+            rule=typed_rule,
+            primary=Evidence.from_dict(primary) if primary else None,
+            cascades=[
+                CascadeGroup.from_dict({**dict.fromkeys(CascadeGroup.__dataclass_fields__), **c})
+                for c in _list(d.get("cascades"))
+                if isinstance(c, dict)
+            ],
+            progress=Progress.from_dict(part("progress")),
+            history=History.from_dict(part("history")),
+            budgets=Budgets.from_dict(part("budgets")),
+            evidence=[
+                Evidence.from_dict(e) for e in map(_evidence_or_none, _list(d.get("evidence"))) if e
+            ],
+            fan_out=FanOut.from_dict(part("fan_out")),
+            fr=FRFindings.from_dict(d.get("fr")) if isinstance(d.get("fr"), dict) else None,
+            llm=LLMInfo.from_dict(part("llm") or {"contributed": False}),
+            scan=ScanInfo.from_dict(part("scan")),
+            node_health=notes,
+            stragglers=(
+                StragglerReport.from_dict(d.get("stragglers"))
+                if isinstance(d.get("stragglers"), dict)
+                else None
+            ),
+        )
 
 
 def _list(v: Any) -> list[Any]:
