@@ -65,7 +65,7 @@ from relaunch.launcher.signal_state import SignalState
 from relaunch.launcher.straggler.scores import StragglerReports
 from relaunch.launcher.timeouts_auto import AutoTimeouts, effective
 from relaunch.launcher.validate import attribution_token
-from relaunch.restart_agent.model import JobState
+from relaunch.restart_agent.model import Decision, JobState
 
 # the exit codes under their former names (launcher.outcome.ExitCode)
 EXIT_OK = ExitCode.OK
@@ -344,7 +344,7 @@ class RelaunchAgent(LocalElasticAgent):
         line = f"verdict cycle={v.cycle} decision={v.decision}{rule} source={v.source}: {v.reason}"
         self.say(line)
         self._event(line)
-        if v.decision == "STOP" and self.settings.ft_attribution_stop_action == "log":
+        if v.decision == Decision.STOP and self.settings.ft_attribution_stop_action == "log":
             self.recorded_stops.append(v)
             self.say(
                 f"*** STOP verdict for cycle {v.cycle}{rule}: {v.reason} -- recorded only "
@@ -352,12 +352,12 @@ class RelaunchAgent(LocalElasticAgent):
                 "--ft-attribution-stop-action no-restart acts on it ***"
             )
         if (
-            v.decision == "STOP"
+            v.decision == Decision.STOP
             and self.settings.ft_attribution_stop_action == "no-restart"
             and self.stop_verdict is None
         ):
             self.stop_verdict = v  # applied by the monitor loop at its next tick
-        elif v.decision == "RESTART" and v.redecided:
+        elif v.decision == Decision.RESTART and v.redecided:
             # the cycle was decided again (a node's failed health check arrived after the
             # first verdict): the newer verdict replaces a STOP not yet acted on
             with self._state_lock:

@@ -391,19 +391,24 @@ def _from_verdict(cycle: int, verdict: Verdict, source: str) -> VerdictInfo:
     )
 
 
-def _from_verdict_dict(cycle: int, verdict: dict[str, Any], source: str) -> VerdictInfo:
-    """A verdict in its JSON form (the LLM enrichment's result, embedded mode only)."""
-    from relaunch.restart_agent.model import Decision
+def _read_verdict(result: Any) -> Verdict | None:
+    """A service's verdict JSON as a `Verdict` (None: none, or not one)."""
+    from relaunch.restart_agent.model import Verdict
 
-    try:
-        decision = Decision(str(verdict.get("decision") or "RESTART").upper())
-    except ValueError:
-        decision = Decision.RESTART
+    return Verdict.read(result)
+
+
+def _from_verdict_dict(cycle: int, verdict: dict[str, Any], source: str) -> VerdictInfo:
+    """A verdict in its JSON form (the LLM enrichment's result, embedded mode only), read
+    once here; not a verdict (no STOP/RESTART decision): RESTART, the default bias."""
+    from relaunch.restart_agent.model import Decision, Verdict
+
+    v = Verdict.read(verdict)
     return VerdictInfo(
         cycle=cycle,
-        decision=decision,
-        reason=str(verdict.get("basis") or verdict.get("reason") or ""),
-        rule=verdict.get("rule"),
+        decision=v.decision if v is not None else Decision.RESTART,
+        reason=str((v.basis if v is not None else None) or verdict.get("reason") or ""),
+        rule=str(v.rule) if v is not None else None,
         source=source,
         raw=verdict,
     )
@@ -450,12 +455,13 @@ class EmbeddedClient(AttributionClient):
 
     def _llm_result(self, event: VerdictEvent, result: dict[str, Any]) -> None:
         """An LLM answer that shortened a workload bug's budget turns RESTART into STOP."""
-        from relaunch.restart_agent.model import Decision  # embedded mode: the agent is loaded
+        from relaunch.restart_agent.model import Decision, Verdict  # embedded: agent loaded
 
-        llm = result.get("llm") or {}
+        v = Verdict.read(result)
         if (
-            result.get("decision") == Decision.STOP
-            and llm.get("contributed")
+            v is not None
+            and v.decision == Decision.STOP
+            and v.llm.contributed
             and event.verdict.decision != Decision.STOP
         ):
             self.on_verdict(_from_verdict_dict(int(event.cycle), result, "embedded+llm"))
@@ -644,15 +650,16 @@ class HttpClient(AttributionClient):
             data = resp.json()
             if data.get("status") == "completed":
                 rec = data.get("recommendation") or {}
-                result = data.get("result") if isinstance(data.get("result"), dict) else {}
-                decision = str(rec.get("action") or result.get("decision") or "RESTART").upper()
+                v = _read_verdict(data.get("result"))  # the service's JSON, read once
+                said = rec.get("action") or (v.decision if v is not None else None)
+                decision = str(said or "RESTART").upper()
                 if decision not in ("STOP", "RESTART"):
                     decision = "RESTART"  # UNKNOWN: the default bias
                 return VerdictInfo(
                     cycle=cycle,
                     decision=decision,
-                    reason=str(rec.get("reason") or result.get("basis") or ""),
-                    rule=result.get("rule"),
+                    reason=str(rec.get("reason") or (v.basis if v is not None else "") or ""),
+                    rule=str(v.rule) if v is not None else None,
                     source=f"http:{rec.get('source') or 'service'}",
                     raw=data,
                 )

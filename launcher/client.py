@@ -25,7 +25,6 @@ initialisation) and the heartbeat timeout after that.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -34,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from relaunch.launcher.heartbeat_message import HeartbeatMessage
 from relaunch.launcher.straggler.worker import StragglerTimer
 
 __all__ = [
@@ -78,25 +78,26 @@ def _send(kind: str, enter: str | None = None, leave: bool = False, **fields: An
                 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             if not _said_hello and kind != "hello":
                 _sock.settimeout(_WAIT_S)
-                _sock.sendto(json.dumps({"r": _rank(), "c": _cycle(), "k": "hello"}).encode(), path)
+                _sock.sendto(HeartbeatMessage(_rank(), _cycle(), "hello").encode(), path)
             _said_hello = True
             # every message says which section the process is in now ("o", innermost open
             # section or null): a section marker lost to a full queue is corrected by the
             # next message, so a hang report never names a section the rank already left
-            msg = {
-                "r": _rank(),
-                "c": _cycle(),
-                "k": kind,
-                "t": time.monotonic(),
-                "o": _open[-1] if _open else None,
-                **fields,
-            }
+            msg = HeartbeatMessage(
+                _rank(),
+                _cycle(),
+                kind,
+                sent_at=time.monotonic(),
+                open_section=_open[-1] if _open else None,
+                open_said=True,
+                fields=fields,
+            )
             # progress, straggler summaries and section markers should not be lost: wait
             # briefly for room in the launcher's queue; a heartbeat that finds it full is
             # dropped (the next will do)
             waits = kind in ("progress", "hello", "strag", "sec_start", "sec_end")
             _sock.settimeout(_WAIT_S if waits else 0.0)
-            _sock.sendto(json.dumps(msg).encode(), path)
+            _sock.sendto(msg.encode(), path)
         except OSError:
             pass  # launcher gone or queue full: a lost heartbeat is not an error
 

@@ -26,9 +26,10 @@ the launcher names its workers' pids (`set_workers`); a datagram counts only whe
 sender is a worker, or a descendant of one, whose rank is the `r` it claims. Datagrams
 that arrive before `set_workers` wait (bounded) and are judged once it is called, so the
 outcome does not depend on who was faster. NVRx's stream socket (`launcher.nvrx_monitor`)
-checks its peer the same way, with `SO_PEERCRED` (`may_speak_for`). Every field is typed and bounded here
-(`clean_message`): strings lose their line breaks and control characters, numbers out of
-range are dropped, before anything reaches a callback or the cycle log.
+checks its peer the same way, with `SO_PEERCRED` (`may_speak_for`). Every datagram is read as a
+`HeartbeatMessage` (`launcher.heartbeat_message`, the type the worker side sends), typed and
+bounded there (`clean_message`): strings lose their line breaks and control characters,
+numbers out of range are dropped, before anything reaches a callback or the cycle log.
 """
 
 from __future__ import annotations
@@ -45,95 +46,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from relaunch.launcher.heartbeat_message import NOT_SAID, HeartbeatMessage
+from relaunch.launcher.heartbeat_message import clean_message as clean_message
 from relaunch.launcher.nvrx_monitor import ENV_NVRX_SOCKET, NvrxMonitorServer
 
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"
 ENV_CYCLE = "RELAUNCH_CYCLE"
 _MAX_DGRAM = 65536
-_NOT_SAID = object()  # a message without "o" (an older client): its section is unknown
-KINDS = frozenset({"hello", "hb", "sec_start", "sec_end", "progress", "strag"})
-MAX_RANK = 10_000_000
-MAX_ITERATION = 2**62
-MAX_NAME_CHARS = 200  # a section name
-MAX_PATH_CHARS = 1024  # a checkpoint path
 MAX_PENDING = 10_000  # datagrams held until the cycle's worker pids are known
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
-# characters that end or hide a line (str.splitlines breaks on all of these) and controls
-_UNSAFE = {
-    cp: f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
-    for cp in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F,
-               *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-}  # fmt: skip
-
-
-def clean_text(value: Any, limit: int) -> str | None:
-    """A worker-reported string as one safe line: controls and line separators escaped,
-    at most `limit` characters; None for a non-string or an empty one."""
-    if not isinstance(value, str) or not value:
-        return None
-    out = value[:limit].translate(_UNSAFE)[: limit * 2]
-    return out.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _seconds(value: Any) -> float:
-    """A worker-reported duration: 0 to 1e9 seconds, else 0.0 (compared before it is
-    converted: a huge JSON integer overflows float(); NaN fails the comparison)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
-        return 0.0
-    return float(value)
-
-
-def _int(value: Any, lo: int, hi: int) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        return None
-    return value
-
-
-def clean_message(msg: Any) -> dict[str, Any] | None:
-    """The typed, bounded form of one worker datagram, or None when it is not one.
-
-    Keeps `r` (rank), `c` (cycle), `k` (kind), `t` (float), `o` (open section or None),
-    `s` (section), `i` (iteration), `ckpt` (checkpoint path) with, for a completed
-    checkpoint, `cs` (step), `ct` (tier), `cb` (bytes), `cd` (seconds) and, for straggler
-    summaries, `n` and `sec` (validated by `launcher.straggler.scores`)."""
-    if not isinstance(msg, dict):
-        return None
-    rank = _int(msg.get("r"), 0, MAX_RANK)
-    cycle = _int(msg.get("c", -1), -1, 2**31)
-    kind = msg.get("k")
-    if rank is None or cycle is None or kind not in KINDS:
-        return None
-    out: dict[str, Any] = {"r": rank, "c": cycle, "k": kind}
-    t = msg.get("t")
-    if isinstance(t, float):
-        out["t"] = t
-    o = msg.get("o", _NOT_SAID)
-    if o is None or isinstance(o, str):  # anything else: the open section is not said
-        out["o"] = None if o is None else clean_text(o, MAX_NAME_CHARS)
-    s = clean_text(msg.get("s"), MAX_NAME_CHARS)
-    if s is not None:
-        out["s"] = s
-    if kind == "progress":
-        i = _int(msg.get("i"), 0, MAX_ITERATION)
-        if i is not None:
-            out["i"] = i
-        ckpt = clean_text(msg.get("ckpt"), MAX_PATH_CHARS)
-        if ckpt is not None:
-            out["ckpt"] = ckpt
-            # a completed checkpoint (client.report_checkpoint): step, tier, bytes, seconds
-            step = _int(msg.get("cs"), 0, MAX_ITERATION)
-            if step is not None:
-                out["cs"] = step
-                out["ct"] = clean_text(msg.get("ct"), MAX_NAME_CHARS) or ""
-                out["cb"] = _int(msg.get("cb"), 0, 2**62) or 0
-                out["cd"] = _seconds(msg.get("cd"))
-    elif kind == "strag":
-        n = _int(msg.get("n"), 0, 2**31)
-        if n is not None:
-            out["n"] = n
-        if "sec" in msg:
-            out["sec"] = msg["sec"]
-    return out
 
 
 def parent_pid(pid: int) -> int | None:
@@ -215,7 +136,7 @@ class RankMonitor:
         kind: str,
         section: str | None = None,
         sent_at: float | None = None,
-        open_section: object = _NOT_SAID,
+        open_section: object = NOT_SAID,
     ) -> None:
         """Record a message; `sent_at` is the sender's time.monotonic() (same clock on a node).
 
@@ -246,7 +167,7 @@ class RankMonitor:
                 if rec is not None and section is not None and st.section == section:
                     rec.section(section).add(now - st.section_since)
                 st.section = None
-            if open_section is not _NOT_SAID and open_section != st.section:
+            if open_section is not NOT_SAID and open_section != st.section:
                 st.section = open_section  # type: ignore[assignment]
                 st.section_since = now
             ended_outside = was_in is None and (st.section is not None or kind == "progress")
@@ -445,11 +366,11 @@ class HeartbeatServer:
                 if event is not None:
                     event.set()
             return
-        msg = clean_message(raw)
+        msg = HeartbeatMessage.from_wire(raw)
         if msg is None:
             self.rejected += 1
             return
-        rank, cycle, kind = msg["r"], msg["c"], msg["k"]
+        rank, cycle, kind = msg.rank, msg.cycle, msg.kind
         monitor = self._monitor
         if monitor is None or cycle != monitor.cycle:
             return  # a straggler of an earlier cycle
@@ -462,19 +383,17 @@ class HeartbeatServer:
             if pid is None or self._rank_of(pid, pids) != rank:
                 self.rejected += 1
                 return  # a process speaking for a rank it is not
-        sent_at = msg.get("t")
-        said = msg.get("o", _NOT_SAID)
         monitor.observe(
             rank,
             kind,
-            msg.get("s"),
-            sent_at if isinstance(sent_at, float) else None,
-            said if said is None or isinstance(said, str) else _NOT_SAID,
+            msg.section,
+            msg.sent_at,
+            msg.open_section if msg.open_said else NOT_SAID,
         )
         if kind == "progress" and self._on_progress is not None:
-            self._on_progress(cycle, rank, msg)
+            self._on_progress(cycle, rank, msg.to_wire())
         elif kind == "strag" and self._on_straggler is not None:
-            self._on_straggler(cycle, rank, msg)
+            self._on_straggler(cycle, rank, msg.to_wire())
 
     def close(self) -> None:
         self._closed.set()

@@ -210,9 +210,12 @@ def _enrich(
         msg = safe_line(str(exc))
         print(f"relaunch analyze: warning: LLM enrichment failed: {msg}", file=sys.stderr)
         return verdict
-    if repo is not None:
-        repo.save_llm(args.job_id, cycle, dict(enriched.get("llm") or {}))
-        if enriched.get("decision") != verdict.get("decision"):
+    from relaunch.restart_agent.model import Verdict
+
+    after, before = Verdict.read(enriched), Verdict.read(verdict)  # the JSON, read once
+    if repo is not None and after is not None:
+        repo.save_llm(args.job_id, cycle, after.llm.to_dict())
+        if before is None or after.decision != before.decision:
             repo.save_verdict(args.job_id, cycle, enriched)
     return enriched
 
@@ -259,74 +262,73 @@ def format_text(v: dict[str, Any]) -> str:
     where = ""
     if v.get("job_id") is not None:
         where = f"  (job {v['job_id']}, cycle {v.get('cycle')})"
-    lines.append(f"{v.get('decision')}{where}")
-    lines.append(f"why:       {v.get('basis')}")
-    lines.append(f"rule:      {v.get('rule')}")
-    p = v.get("primary")
+    from relaunch.restart_agent.model import Verdict
+
+    t = Verdict.read(v)  # the verdict's JSON (plus the keys above and below), read once
+    if t is None:
+        return f"no verdict{where}\n"
+    lines.append(f"{t.decision}{where}")
+    lines.append(f"why:       {t.basis}")
+    lines.append(f"rule:      {t.rule}")
+    p = t.primary
     if p:
-        rank = f", rank {p['rank']}" if p.get("rank") is not None else ""
-        lines.append(
-            f"primary:   {p.get('failure_class')} ({p.get('domain')}) at line {p.get('line')}{rank}"
-        )
-        lines.append(f"           {p.get('text')}")
-        lines.append(f"fingerprint: {p.get('fingerprint')}")
-        if p.get("entity"):
-            lines.append(f"entity:    {p['entity']}")
+        rank = f", rank {p.rank}" if p.rank is not None else ""
+        lines.append(f"primary:   {p.failure_class} ({p.domain}) at line {p.line}{rank}")
+        lines.append(f"           {p.text}")
+        lines.append(f"fingerprint: {p.fingerprint}")
+        if p.entity:
+            lines.append(f"entity:    {p.entity}")
     else:
         lines.append("primary:   none found")
-    hist = v.get("history") or {}
+    hist = t.history.to_dict()
     if hist:
         lines.append(f"history:   {_kv(hist)}")
-    budgets = v.get("budgets") or {}
+    budgets = t.budgets.to_dict()
     if budgets:
         lines.append(f"budgets:   {_kv(budgets)}")
-    prog = v.get("progress") or {}
-    if prog.get("known"):
-        parts = [f"last iteration {prog.get('last_iteration')}"]
-        if prog.get("line") is not None:
-            parts.append(f"line {prog['line']}")
-        if prog.get("dialect"):
-            parts.append(f"dialect {prog['dialect']}")
-        if prog.get("last_checkpoint"):
-            parts.append(f"last checkpoint {prog['last_checkpoint']}")
+    prog = t.progress
+    if prog.known:
+        parts = [f"last iteration {prog.last_iteration}"]
+        if prog.line is not None:
+            parts.append(f"line {prog.line}")
+        if prog.dialect:
+            parts.append(f"dialect {prog.dialect}")
+        if prog.last_checkpoint:
+            parts.append(f"last checkpoint {prog.last_checkpoint}")
         lines.append("progress:  " + ", ".join(parts))
     else:
         lines.append("progress:  unknown (no progress lines matched)")
-    fan = v.get("fan_out") or {}
+    fan = t.fan_out.to_dict()
     if fan:
         lines.append(f"fan-out:   {_kv(fan)}")
-    cascades = v.get("cascades") or []
-    if cascades:
+    if t.cascades:
         lines.append("cascades:")
-        for c in cascades:
-            ranks = list(c.get("ranks") or [])
+        for c in t.cascades:
+            ranks = list(c.ranks or [])
             where = f"on ranks {_ranks(ranks)}" if ranks else "on no named rank"
             lines.append(
-                f"  {c.get('failure_class')} ({c.get('role')}) x{c.get('count')} {where}, "
-                f"first at line {c.get('first_line')}"
+                f"  {c.failure_class} ({c.role}) x{c.count} {where}, first at line {c.first_line}"
             )
-    evidence = v.get("evidence") or []
-    if evidence:
+    if t.evidence:
         lines.append("evidence:")
-        for e in evidence:
-            rank = f" [rank {e['rank']}]" if e.get("rank") is not None else ""
-            lines.append(f"  {e.get('line'):>8}{rank} {e.get('failure_class')}: {e.get('text')}")
+        for e in t.evidence:
+            rank = f" [rank {e.rank}]" if e.rank is not None else ""
+            lines.append(f"  {e.line:>8}{rank} {e.failure_class}: {e.text}")
     store = v.get("history_db") or {}
     if store.get("says"):
         lines.append(f"stored:    {store['says']}")
-    llm = v.get("llm") or {}
-    if llm.get("status") is not None:  # an LLM ran (--llm): its own summary
+    if t.llm.status is not None:  # an LLM ran (--llm): its own summary
         from relaunch.restart_agent.llm import format_text as llm_text
 
         lines.extend(llm_text(v).splitlines())
     else:
         lines.append("llm:       not used")
     log_id = v.get("log")
-    scan = v.get("scan") or {}
+    scan = t.scan.to_dict()
     if log_id or scan:
-        size = (log_id or {}).get("size", scan.get("bytes"))
+        size = (log_id or {}).get("size", t.scan.bytes if "bytes" in scan else None)
         lines.append(
             f"log:       {(log_id.get('path') or '<stdin>') if log_id else ''} {size} bytes, "
-            f"{scan.get('lines', '?')} lines"
+            f"{t.scan.lines if 'lines' in scan else '?'} lines"
         )
     return "\n".join(lines) + "\n"

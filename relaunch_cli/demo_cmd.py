@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from relaunch.cli.errors import UserError
+from relaunch.restart_agent.model import Decision
 
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "launcher" / "demo" / "train.py"
 
@@ -93,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  audit files     {audit_dir} ({len(audits)} files)")
     print(f"  dashboard       relaunch serve --db {settings.db_url()}  ->  http://127.0.0.1:8570/")
     decisions = result.decisions
-    ok = code == EXIT_STOPPED and "RESTART" in decisions and decisions[-1:] == ["STOP"]
+    ok = (
+        code == EXIT_STOPPED and Decision.RESTART in decisions and decisions[-1:] == [Decision.STOP]
+    )
     if not ok:
         print("relaunch demo: the job did not end as the demo expects (RESTART, then STOP)")
         return 1

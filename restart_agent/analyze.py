@@ -22,6 +22,5 @@ def analyze_file(
     evidence = scan_file(path)
     seconds = time.perf_counter() - t0
     verdict = decide(evidence, history, config, fr_culprit_ranks)
-    verdict.scan["seconds"] = round(seconds, 4)
-    verdict.scan["mb_per_s"] = round(evidence.bytes / 1e6 / seconds, 1) if seconds > 0 else None
+    verdict.scan = verdict.scan.timed(seconds)
     return verdict

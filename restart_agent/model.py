@@ -9,9 +9,45 @@ prints (see SPEC.md).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
+
+from relaunch.restart_agent.verdict_parts import (
+    Budgets,
+    FanOut,
+    FRFindings,
+    History,
+    LLMInfo,
+    ScanInfo,
+    StragglerReport,
+)
+
+__all__ = [
+    "Budgets",
+    "CascadeGroup",
+    "CycleEvidence",
+    "Decision",
+    "Domain",
+    "Evidence",
+    "FRFindings",
+    "FanOut",
+    "History",
+    "JobState",
+    "LLMInfo",
+    "LauncherFacts",
+    "NodeHealthNote",
+    "POLICY_LIMITS",
+    "PolicyConfig",
+    "PriorCycle",
+    "ProcessExit",
+    "Progress",
+    "Role",
+    "Rule",
+    "ScanInfo",
+    "StragglerReport",
+    "Verdict",
+]
 
 
 class Decision(StrEnum):
@@ -434,20 +470,22 @@ class Verdict:
 
     decision: Decision
     basis: str  # one sentence a person can read
-    rule: Rule  # id of the policy rule that decided
+    # id of the policy rule that decided (a verdict stored by an older version, read with
+    # `read`, may name a rule this version does not have: then its plain string)
+    rule: Rule | str
     primary: Evidence | None
     cascades: list[CascadeGroup]
     progress: Progress
-    history: dict[str, Any]  # same_root_prior_cycles, consecutive_no_progress, ...
-    budgets: dict[str, Any]  # the configured ceilings and what is left
+    history: History  # same_root_prior_cycles, consecutive_no_progress, ...
+    budgets: Budgets  # the configured ceilings and what is left
     evidence: list[Evidence] = field(default_factory=list)  # lines that support the verdict
-    fan_out: dict[str, Any] = field(default_factory=dict)  # ranks, nodes affected
-    fr: dict[str, Any] | None = None  # Flight Recorder findings used, if any
-    llm: dict[str, Any] = field(default_factory=lambda: {"contributed": False})
-    scan: dict[str, Any] = field(default_factory=dict)  # lines, bytes, timings
+    fan_out: FanOut = field(default_factory=FanOut)  # ranks, nodes affected
+    fr: FRFindings | None = None  # Flight Recorder findings used, if any
+    llm: LLMInfo = field(default_factory=LLMInfo.none)
+    scan: ScanInfo = field(default_factory=ScanInfo)  # lines, bytes, timings
     node_health: list[NodeHealthNote] = field(default_factory=list)  # launchers' reports
     # the launcher's straggler scores and who they name (restart_agent/stragglers.py)
-    stragglers: dict[str, Any] | None = None
+    stragglers: StragglerReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -457,15 +495,15 @@ class Verdict:
             "primary": self.primary.to_dict() if self.primary else None,
             "cascades": [c.to_dict() for c in self.cascades],
             "progress": self.progress.to_dict(),
-            "history": dict(self.history),
-            "budgets": dict(self.budgets),
+            "history": self.history.to_dict(),
+            "budgets": self.budgets.to_dict(),
             "evidence": [e.to_dict() for e in self.evidence],
-            "fan_out": dict(self.fan_out),
-            "fr": self.fr,
-            "llm": dict(self.llm),
-            "scan": dict(self.scan),
+            "fan_out": self.fan_out.to_dict(),
+            "fr": self.fr.to_dict() if self.fr is not None else None,
+            "llm": self.llm.to_dict(),
+            "scan": self.scan.to_dict(),
             "node_health": [n.to_dict() for n in self.node_health],
-            "stragglers": self.stragglers,
+            "stragglers": self.stragglers.to_dict() if self.stragglers is not None else None,
         }
 
     @classmethod
@@ -482,13 +520,94 @@ class Verdict:
             primary=Evidence.from_dict(primary) if primary else None,
             cascades=[CascadeGroup.from_dict(c) for c in d.get("cascades") or []],
             progress=Progress.from_dict(d["progress"]),
-            history=dict(d.get("history") or {}),
-            budgets=dict(d.get("budgets") or {}),
+            history=History.from_dict(d.get("history") or {}),
+            budgets=Budgets.from_dict(d.get("budgets") or {}),
             evidence=[Evidence.from_dict(e) for e in d.get("evidence") or []],
-            fan_out=dict(d.get("fan_out") or {}),
-            fr=d.get("fr"),
-            llm=dict(d.get("llm") or {"contributed": False}),
-            scan=dict(d.get("scan") or {}),
+            fan_out=FanOut.from_dict(d.get("fan_out") or {}),
+            fr=FRFindings.from_dict(d["fr"]) if d.get("fr") is not None else None,
+            llm=LLMInfo.from_dict(d.get("llm") or {"contributed": False}),
+            scan=ScanInfo.from_dict(d.get("scan") or {}),
             node_health=[NodeHealthNote.from_dict(n) for n in d.get("node_health") or []],
-            stragglers=d.get("stragglers"),
+            stragglers=(
+                StragglerReport.from_dict(d["stragglers"])
+                if d.get("stragglers") is not None
+                else None
+            ),
         )
+
+    @classmethod
+    def read(cls, d: Any) -> Verdict | None:
+        """A verdict object from a JSON boundary (a stored row, an HTTP answer, an event),
+        read leniently for the code that shows or routes it: a rule id this version does not
+        know stays its string, missing parts read as their defaults (an absent `progress` as
+        unknown progress) and evidence missing keys reads them as None. None when `d` is not
+        an object or its decision is not STOP or RESTART. `from_dict` is the strict reader
+        whose `to_dict()` gives the stored JSON back."""
+        if not isinstance(d, dict):
+            return None
+        decision = _decision_or_none(d.get("decision"))
+        if decision is None:
+            return None
+        rule = str(d.get("rule") or "")
+        try:
+            typed_rule: Rule | str = Rule(rule)
+        except ValueError:  # a rule id of another version: kept as it was stored
+            typed_rule = rule
+        primary = _evidence_or_none(d.get("primary"))
+
+        def part(name: str) -> dict[str, Any]:
+            value = d.get(name)
+            return value if isinstance(value, dict) else {}
+
+        notes = []
+        for n in _list(d.get("node_health")):
+            try:
+                notes.append(NodeHealthNote.from_dict(n))
+            except (ValueError, AttributeError):
+                continue  # not a health record: not shown
+        return cls(
+            decision=decision,
+            basis=str(d.get("basis") or ""),
+            rule=typed_rule,
+            primary=Evidence.from_dict(primary) if primary else None,
+            cascades=[
+                CascadeGroup.from_dict({**dict.fromkeys(CascadeGroup.__dataclass_fields__), **c})
+                for c in _list(d.get("cascades"))
+                if isinstance(c, dict)
+            ],
+            progress=Progress.from_dict(part("progress")),
+            history=History.from_dict(part("history")),
+            budgets=Budgets.from_dict(part("budgets")),
+            evidence=[
+                Evidence.from_dict(e) for e in map(_evidence_or_none, _list(d.get("evidence"))) if e
+            ],
+            fan_out=FanOut.from_dict(part("fan_out")),
+            fr=FRFindings.from_dict(d.get("fr")) if isinstance(d.get("fr"), dict) else None,
+            llm=LLMInfo.from_dict(part("llm") or {"contributed": False}),
+            scan=ScanInfo.from_dict(part("scan")),
+            node_health=notes,
+            stragglers=(
+                StragglerReport.from_dict(d.get("stragglers"))
+                if isinstance(d.get("stragglers"), dict)
+                else None
+            ),
+        )
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _evidence_or_none(d: Any) -> dict[str, Any] | None:
+    """A stored evidence object with every `Evidence` key (missing ones None)."""
+    if not isinstance(d, dict):
+        return None
+    return {**dict.fromkeys(_EVIDENCE_REQUIRED), **d}
+
+
+# the keys `Evidence` has no default for (read as None when a stored object lacks them)
+_EVIDENCE_REQUIRED = tuple(
+    name
+    for name, f in Evidence.__dataclass_fields__.items()
+    if f.default is MISSING and f.default_factory is MISSING
+)

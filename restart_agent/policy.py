@@ -61,7 +61,7 @@ workload recurrence and the job ceiling.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from relaunch.restart_agent.blame import pick_primary
@@ -69,14 +69,19 @@ from relaunch.restart_agent.budget import budget_note
 from relaunch.restart_agent.desync import all_rank_timeout
 from relaunch.restart_agent.lines import is_user_frame
 from relaunch.restart_agent.model import (
+    Budgets,
     CycleEvidence,
     Decision,
     Evidence,
+    FanOut,
+    FRFindings,
+    History,
     NodeHealthNote,
     PolicyConfig,
     PriorCycle,
     Progress,
     Rule,
+    ScanInfo,
     Verdict,
 )
 from relaunch.restart_agent.stragglers import suspect as straggler_suspect
@@ -195,42 +200,6 @@ class Counts:
     identical_cycles_progress_unknown: int
 
     def to_dict(self) -> dict[str, int]:
-        """The stored form: these keys, in this order."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """The policy's ceilings and what is left of each (`Verdict.budgets`)."""
-
-    same_root_no_progress_retries: int
-    same_root_retries_left: int
-    job_no_progress_ceiling: int
-    job_retries_left: int
-    workload_recurrence_stop: int
-    workload_recurrences_left: int
-    startup_window_s: float
-
-    @classmethod
-    def left(cls, config: PolicyConfig, counts: Counts) -> Budgets:
-        """Each ceiling of `config` and how much of it `counts` leave."""
-        return cls(
-            same_root_no_progress_retries=config.same_root_no_progress_retries,
-            same_root_retries_left=max(
-                0, config.same_root_no_progress_retries - counts.same_root_retries_without_progress
-            ),
-            job_no_progress_ceiling=config.job_no_progress_ceiling,
-            job_retries_left=max(
-                0, config.job_no_progress_ceiling - counts.consecutive_no_progress
-            ),
-            workload_recurrence_stop=config.workload_recurrence_stop,
-            workload_recurrences_left=max(
-                0, config.workload_recurrence_stop - counts.identical_retries_without_progress
-            ),
-            startup_window_s=config.startup_window_s,
-        )
-
-    def to_dict(self) -> dict[str, int | float]:
         """The stored form: these keys, in this order."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -709,21 +678,27 @@ def _health_override(
     return decision, rule, basis + said
 
 
-def _history(ctx: _Ctx) -> dict[str, object]:
+def _history(ctx: _Ctx) -> History:
     """`Verdict.history`: the counts, then this cycle's progress relative to the job."""
-    flag = ctx.flag
-    return {
-        **ctx.counts.to_dict(),
-        "prior_cycles": len(ctx.cycles) - 1,
-        "progress_since_prior": NONE if flag == STARTUP else flag,
-        "progress_basis": ctx.progress_basis,
-        "failed_before_first_iteration": flag == STARTUP,
-        "job_ever_progressed": ctx.ever_progress,
-        "best_prior_iteration": max(
+    flag, counts = ctx.flag, ctx.counts
+    return History(
+        same_root_prior_cycles=counts.same_root_prior_cycles,
+        identical_prior_cycles=counts.identical_prior_cycles,
+        same_root_retries_without_progress=counts.same_root_retries_without_progress,
+        identical_retries_without_progress=counts.identical_retries_without_progress,
+        consecutive_no_progress=counts.consecutive_no_progress,
+        window_start_cycle=counts.window_start_cycle,
+        identical_cycles_progress_unknown=counts.identical_cycles_progress_unknown,
+        prior_cycles=len(ctx.cycles) - 1,
+        progress_since_prior=NONE if flag == STARTUP else flag,
+        progress_basis=ctx.progress_basis,
+        failed_before_first_iteration=flag == STARTUP,
+        job_ever_progressed=ctx.ever_progress,
+        best_prior_iteration=max(
             (c.iteration for c in ctx.cycles[:-1] if c.known and c.iteration is not None),
             default=None,
         ),
-    }
+    )
 
 
 def decide(
@@ -785,7 +760,7 @@ def decide(
         rule,
         basis + _blame_sentence(primary),
         _history(ctx),
-        ctx.budgets.to_dict(),
+        ctx.budgets,
         fr_culprit_ranks,
         notes,
         prog,
@@ -805,8 +780,8 @@ def _build(
     decision: Decision,
     rule: Rule,
     basis: str,
-    history: Mapping[str, object],
-    budgets: Mapping[str, object],
+    history: History,
+    budgets: Budgets,
     fr: Sequence[int] | None,
     node_health: list[NodeHealthNote],
     progress: Progress,
@@ -828,19 +803,10 @@ def _build(
     lines += evidence.diagnostics[: max(0, MAX_EVIDENCE - len(lines))]
     lines = sorted(lines[:MAX_EVIDENCE], key=lambda e: e.line)
     failed = sorted(set(evidence.failed_ranks))
-    fan_out = {
-        "ranks_seen": len(evidence.ranks_seen),
-        "failed_ranks": failed,
-        "failed_rank_count": len(failed),
-        "primary_rank": primary.rank if primary else None,
-        "nodes": list(evidence.nodes),
-        "primary_reason": reason,
-        "rank_source": primary.rank_source if primary else None,
-        "all_rank_timeout": desync,
-    }
     facts = evidence.launcher
+    launcher: dict[str, object] | None = None
     if facts is not None:
-        fan_out["launcher"] = {
+        launcher = {
             "facts": facts.facts,
             "first_failing_rank": facts.first_failing_rank,
             "exits": [
@@ -856,6 +822,17 @@ def _build(
             "duration_s": facts.duration_s,
             "node_health": facts.node_health[:64],
         }
+    fan_out = FanOut(
+        ranks_seen=len(evidence.ranks_seen),
+        failed_ranks=failed,
+        failed_rank_count=len(failed),
+        primary_rank=primary.rank if primary else None,
+        nodes=list(evidence.nodes),
+        primary_reason=reason,
+        rank_source=primary.rank_source if primary else None,
+        all_rank_timeout=desync,
+        launcher=launcher,
+    )
     return Verdict(
         decision=decision,
         basis=basis + budget_note(evidence.budget),  # the scan stopped at its budget
@@ -863,18 +840,17 @@ def _build(
         primary=primary,
         cascades=list(evidence.cascades),
         progress=progress,
-        history=dict(history),
-        budgets=dict(budgets),
+        history=history,
+        budgets=budgets,
         evidence=lines,
         fan_out=fan_out,
-        fr={"culprit_ranks": sorted(set(fr))} if fr else None,
-        llm={"contributed": False},
-        scan={
-            "lines": evidence.lines,
-            "bytes": evidence.bytes,
-            "truncated_last_line": evidence.truncated_last_line,
-            **({"budget": evidence.budget} if evidence.budget else {}),
-        },
+        fr=FRFindings(culprit_ranks=sorted(set(fr))) if fr else None,
+        scan=ScanInfo(
+            lines=evidence.lines,
+            bytes=evidence.bytes,
+            truncated_last_line=evidence.truncated_last_line,
+            budget=evidence.budget or None,
+        ),
         node_health=node_health,
         stragglers=verdict_stragglers(
             facts, primary.rank if primary and primary.rank_source == "straggler" else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from relaunch.restart_agent.model import Evidence, LauncherFacts
+from relaunch.restart_agent.model import Evidence, LauncherFacts, StragglerReport
 from relaunch.restart_agent.taxonomy import taxonomy
 
 MIN_REPORTS = 2
@@ -61,16 +61,16 @@ def suspect(
 
 def verdict_stragglers(
     facts: LauncherFacts | None, suspect_rank: int | None
-) -> dict[str, Any] | None:
+) -> StragglerReport | None:
     """What `verdict.stragglers` holds: every named straggler, the per-node scores and the
     suspect rank (None when the rule did not apply); None when the launcher reported none."""
     if facts is None or (not facts.stragglers and not facts.straggler_scores):
         return None
     keep = ("rank", "node", "section", "relative", "individual", "threshold", "reports", "report")
-    return {
-        "named": [{k: s.get(k) for k in keep} for s in facts.stragglers[:64]],
-        "persistent": [s["rank"] for s in persistent(facts)][:64],
-        "scores": facts.straggler_scores[:16],
-        "suspect_rank": suspect_rank,
-        "min_reports": MIN_REPORTS,
-    }
+    return StragglerReport(
+        named=[{k: s.get(k) for k in keep} for s in facts.stragglers[:64]],
+        persistent=[s["rank"] for s in persistent(facts)][:64],
+        scores=facts.straggler_scores[:16],
+        suspect_rank=suspect_rank,
+        min_reports=MIN_REPORTS,
+    )

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
+from relaunch.restart_agent.model import Decision
 from relaunch.storage.models import Cycle, EvidenceRow, Job
 from relaunch.storage.records import as_utc
 
@@ -101,7 +102,7 @@ def failure_classes(repo: Any, limit: int = 50) -> list[dict[str, Any]]:
                 Cycle.failure_class,
                 func.count().label("cycles"),
                 func.count(func.distinct(Cycle.job_pk)).label("jobs"),
-                func.sum(case((Cycle.decision == "STOP", 1), else_=0)).label("stops"),
+                func.sum(case((Cycle.decision == Decision.STOP.value, 1), else_=0)).label("stops"),
             )
             .where(Cycle.failure_class.is_not(None))
             .group_by(Cycle.failure_class)

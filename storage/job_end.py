@@ -12,6 +12,8 @@ use the same answer.
 
 from __future__ import annotations
 
+from relaunch.restart_agent.model import Decision
+
 EXIT_STOPPED = 3  # launcher.agent: a STOP verdict acted on
 # states only a launcher sets: the job is over even without an exit code (e.g. "lost")
 _OVER = frozenset({"succeeded", "failed", "interrupted", "lost"})
@@ -31,7 +33,7 @@ def verdict_effect(
         return None
     ended = exit_code is not None or state in _OVER
     later = last_cycle is not None and cycle < last_cycle
-    if decision == "STOP":
+    if decision == Decision.STOP:
         said = (end_reason or "").startswith(f"STOP verdict for cycle {cycle}:")
         if ended and exit_code == EXIT_STOPPED and said:
             return ACTED

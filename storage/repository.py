@@ -24,7 +24,7 @@ from sqlalchemy import Engine, case, delete, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from relaunch.restart_agent.model import Decision, JobState
+from relaunch.restart_agent.model import Decision, Evidence, JobState, LLMInfo, Verdict
 from relaunch.storage import job_id as job_id_rule
 from relaunch.storage.db import StorageError, StorageUnavailable, writer
 from relaunch.storage.job_end import verdict_effect
@@ -356,10 +356,10 @@ class HistoryRepository:
         """
         job_id, cycle = job_id_rule.check(job_id), _check_cycle(cycle)
         verdict = _check_json("verdict", verdict)
-        if verdict.get("decision") not in tuple(Decision):
-            raise ValueError(
-                f"verdict decision must be STOP or RESTART, got {verdict.get('decision')!r}"
-            )
+        v = Verdict.read(verdict)  # the JSON, read once; stored as it came
+        if v is None:
+            said = verdict.get("decision") if isinstance(verdict, dict) else None
+            raise ValueError(f"verdict decision must be STOP or RESTART, got {said!r}")
         identity = dict(log_identity or {})
 
         def op(session: Session) -> CycleRecord:
@@ -367,7 +367,7 @@ class HistoryRepository:
             assert job is not None
             row, created = self._cycle_row(session, job, cycle)
             now = _now()
-            _apply_verdict(row, verdict, now)
+            _apply_verdict(row, verdict, v, now)
             if identity.get("path") is not None:
                 row.log_path = str(identity["path"])
             if "size" in identity:
@@ -377,11 +377,11 @@ class HistoryRepository:
             if audit_path is not None:
                 row.audit_path = str(audit_path)
             session.execute(delete(EvidenceRow).where(EvidenceRow.cycle_pk == row.id))
-            rows = _evidence_rows(row.id, verdict)
+            rows = _evidence_rows(row.id, v)
             if rows:
                 session.execute(insert(EvidenceRow), rows)
             job.updated_at = now
-            state = verdict_job_state(job.state, verdict["decision"], cycle, job.last_cycle)
+            state = verdict_job_state(job.state, v.decision, cycle, job.last_cycle)
             if state is not None and job.ended_at is None:  # an end recorded stands
                 job.state = state
             if created:
@@ -531,7 +531,7 @@ class HistoryRepository:
 
         def apply(row: Cycle) -> None:
             row.llm = llm
-            row.llm_contributed = bool(llm.get("contributed", False))
+            row.llm_contributed = bool(LLMInfo.from_dict(llm).contributed)
 
         self._update_cycle(job_id, cycle, apply)
 
@@ -886,8 +886,8 @@ class HistoryRepository:
             q = _window(q, since, until)
             failing = case(
                 (Job.state.in_(("stopped", "failed")), 0),
-                (cyc.decision == "STOP", 0),
-                ((Job.state == "running") & (cyc.decision == "RESTART"), 1),
+                (cyc.decision == Decision.STOP.value, 0),
+                ((Job.state == "running") & (cyc.decision == Decision.RESTART.value), 1),
                 else_=2,
             )
             q = q.order_by(failing, Job.updated_at.desc(), Job.id.desc()).limit(limit)
@@ -988,7 +988,7 @@ def _deciding_cycle() -> Any:
         )
 
     latest = newest(lambda c: c.decision.is_not(None))
-    stop = newest(lambda c: c.decision == "STOP")
+    stop = newest(lambda c: c.decision == Decision.STOP)
     return case(
         (Job.state.in_(("stopped", "failed")) & stop.is_not(None), stop),
         else_=latest,
@@ -1063,29 +1063,30 @@ def _short(exc: Exception) -> str:
     return str(orig if orig is not None else exc).splitlines()[0][:300]
 
 
-def _apply_verdict(row: Cycle, verdict: dict[str, Any], now: datetime) -> None:
-    primary = verdict.get("primary") or {}
-    progress = verdict.get("progress") or {}
-    llm = verdict.get("llm") or {}
+def _apply_verdict(row: Cycle, verdict: dict[str, Any], v: Verdict, now: datetime) -> None:
+    """The cycle's columns from the verdict (`v`, read from `verdict`, the JSON stored whole)."""
+    primary, progress = v.primary, v.progress
+    stored_progress = verdict.get("progress")
     row.status = "analysed"
     row.verdict = verdict
     row.analysis_requested_at = None  # the analysis finished
     row.analysis_error = None
-    row.decision = verdict.get("decision")
-    row.rule = _str_or_none(verdict.get("rule"), 128)
-    row.basis = _str_or_none(verdict.get("basis"))
-    row.fingerprint = _str_or_none(primary.get("fingerprint"))
-    row.failure_class = _str_or_none(primary.get("failure_class"), 128)
-    row.domain = _str_or_none(primary.get("domain"), 32)
-    row.last_iteration = _int_or_none(progress.get("last_iteration"))
-    row.last_checkpoint = _str_or_none(progress.get("last_checkpoint"))
-    row.progress_known = bool(progress.get("known")) if "known" in progress else None
-    row.llm_contributed = bool(llm.get("contributed", False))
+    row.decision = str(v.decision)
+    row.rule = _str_or_none(str(v.rule) or None, 128)
+    row.basis = _str_or_none(v.basis or None)
+    row.fingerprint = _str_or_none(primary.fingerprint if primary else None)
+    row.failure_class = _str_or_none(primary.failure_class if primary else None, 128)
+    row.domain = _str_or_none(primary.domain if primary else None, 32)
+    row.last_iteration = _int_or_none(progress.last_iteration)
+    row.last_checkpoint = _str_or_none(progress.last_checkpoint)
+    known_said = isinstance(stored_progress, dict) and "known" in stored_progress
+    row.progress_known = bool(progress.known) if known_said else None
+    row.llm_contributed = bool(v.llm.contributed)
     row.analysed_at = now
     row.ended_at = row.ended_at or now
-    if isinstance(verdict.get("stragglers"), dict):
-        row.stragglers = verdict["stragglers"]
-    _apply_checkpoint(row, progress.get("checkpoint"))
+    if v.stragglers is not None:
+        row.stragglers = v.stragglers.to_dict()
+    _apply_checkpoint(row, progress.checkpoint)
 
 
 def _apply_checkpoint(row: Cycle, ck: Any) -> None:
@@ -1107,36 +1108,34 @@ def _apply_checkpoint(row: Cycle, ck: Any) -> None:
     row.checkpoint_at = when
 
 
-def _evidence_rows(cycle_pk: int, verdict: dict[str, Any]) -> list[dict[str, Any]]:
+def _evidence_rows(cycle_pk: int, verdict: Verdict) -> list[dict[str, Any]]:
     """Evidence rows (as dicts for one executemany insert): primary first, then the rest."""
-    items: list[tuple[bool, dict[str, Any]]] = []
-    primary = verdict.get("primary")
-    if isinstance(primary, dict):
+    items: list[tuple[bool, Evidence]] = []
+    primary = verdict.primary
+    if primary is not None:
         items.append((True, primary))
-    seen = (
-        {(primary.get("line"), primary.get("pattern_id"))} if isinstance(primary, dict) else set()
-    )
-    for ev in verdict.get("evidence") or []:
-        if not isinstance(ev, dict) or (ev.get("line"), ev.get("pattern_id")) in seen:
+    seen = {(primary.line, primary.pattern_id)} if primary is not None else set()
+    for ev in verdict.evidence:
+        if (ev.line, ev.pattern_id) in seen:
             continue
-        seen.add((ev.get("line"), ev.get("pattern_id")))
+        seen.add((ev.line, ev.pattern_id))
         items.append((False, ev))
     return [
         {
             "cycle_pk": cycle_pk,
             "ordinal": ordinal,
             "is_primary": is_primary,
-            "line": _int_or_none(ev.get("line")),
-            "rank": _int_or_none(ev.get("rank"), _INTEGER),
-            "pattern_id": _str_or_none(ev.get("pattern_id"), 128),
-            "failure_class": _str_or_none(ev.get("failure_class"), 128),
-            "domain": _str_or_none(ev.get("domain"), 32),
-            "role": _str_or_none(ev.get("role"), 32),
-            "recoverability": _str_or_none(ev.get("recoverability"), 32),
-            "fingerprint": _str_or_none(ev.get("fingerprint")),
-            "entity": _str_or_none(ev.get("entity")),
-            "node": _str_or_none(ev.get("node"), 255),
-            "text": _str_or_none(ev.get("text")),
+            "line": _int_or_none(ev.line),
+            "rank": _int_or_none(ev.rank, _INTEGER),
+            "pattern_id": _str_or_none(ev.pattern_id, 128),
+            "failure_class": _str_or_none(ev.failure_class, 128),
+            "domain": _str_or_none(ev.domain, 32),
+            "role": _str_or_none(ev.role, 32),
+            "recoverability": _str_or_none(ev.recoverability, 32),
+            "fingerprint": _str_or_none(ev.fingerprint),
+            "entity": _str_or_none(ev.entity),
+            "node": _str_or_none(ev.node, 255),
+            "text": _str_or_none(ev.text),
         }
         for ordinal, (is_primary, ev) in enumerate(items[:MAX_EVIDENCE_ROWS])
     ]

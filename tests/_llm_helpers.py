@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from relaunch.restart_agent.llm import LLMConfig
-from relaunch.restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
+from relaunch.restart_agent.model import Budgets, CascadeGroup, Evidence, History, Progress, Verdict
 from tests._llm_server import LLMServer
 
 KEY = "sk-test-7f3c9a2e4b1d8f6a0c5e9b3d7a1f4c8e"
@@ -81,8 +81,10 @@ def make_verdict(
         progress=Progress(
             known=True, last_iteration=38, first_iteration=1, dialect="megatron", line=150
         ),
-        history={"same_root_prior_cycles": same_root, "consecutive_no_progress": 0},
-        budgets={"workload_recurrence_stop": 1},
+        history=History.from_dict(
+            {"same_root_prior_cycles": same_root, "consecutive_no_progress": 0}
+        ),
+        budgets=Budgets.from_dict({"workload_recurrence_stop": 1}),
         evidence=[primary, *(extra_evidence or [])],
     )
     return verdict.to_dict()

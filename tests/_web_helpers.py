@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from relaunch.restart_agent.model import CascadeGroup, Evidence, Progress, Verdict
+from relaunch.restart_agent.model import Budgets, CascadeGroup, Evidence, History, Progress, Verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "llama-7b-run"  # the job write_job_logs' logs belong to
@@ -98,8 +98,12 @@ def make_verdict(
             dialect="plain_step",
             checkpoint=checkpoint,
         ),
-        history={"same_root_prior_cycles": same_root, "consecutive_no_progress": same_root},
-        budgets={"same_root_no_progress_retries": 3, "job_no_progress_ceiling": 5},
+        history=History.from_dict(
+            {"same_root_prior_cycles": same_root, "consecutive_no_progress": same_root}
+        ),
+        budgets=Budgets.from_dict(
+            {"same_root_no_progress_retries": 3, "job_no_progress_ceiling": 5}
+        ),
         evidence=[primary] if primary else [],
     )
     return v.to_dict()

@@ -60,8 +60,8 @@ def test_sigkilled_rank_without_traceback_is_the_primary_named_by_the_launcher()
     assert (v.decision, v.rule) == ("RESTART", "restart.infrastructure")
     assert "not in the log" not in v.basis
     assert "Blamed rank 5 (from the launcher's facts)" in v.basis
-    assert v.fan_out["rank_source"] == "launcher"
-    assert v.fan_out["launcher"]["first_failing_rank"] == 5
+    assert v.fan_out.rank_source == "launcher"
+    assert v.fan_out.launcher is not None and v.fan_out.launcher["first_failing_rank"] == 5
     assert v.progress.last_iteration == 120 and v.progress.duration_s == 816.2
 
 

@@ -51,7 +51,7 @@ def test_one_timeline_and_nodes() -> None:
     assert [(s.node, s.first_line, s.lines) for s in spans] == [("node0", 1, 3), ("node1", 4, 3)]
     assert node_of(spans, 5) is spans[1] and node_of(spans, 99) is None
     verdict = decide(ev, [])
-    assert verdict.fan_out["ranks_seen"] == 4
+    assert verdict.fan_out.ranks_seen == 4
 
 
 def test_last_line_without_newline_stays_with_its_node() -> None:

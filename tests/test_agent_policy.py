@@ -34,12 +34,12 @@ def verdict(text: str, last_it: int | None, history=(), **cfg):
 def test_first_infrastructure_failure_restarts_with_budgets_named() -> None:
     v = verdict(CUDA, 50)
     assert (v.decision, v.rule) == ("RESTART", "restart.infrastructure")
-    assert v.budgets["same_root_no_progress_retries"] == 3
-    assert v.budgets["same_root_retries_left"] == 3
-    assert v.history["same_root_prior_cycles"] == 0
+    assert v.budgets.same_root_no_progress_retries == 3
+    assert v.budgets.same_root_retries_left == 3
+    assert v.history.same_root_prior_cycles == 0
     assert v.primary.failure_class == "cuda_launch_failure"
     assert v.evidence and v.evidence[0].line == 3
-    assert v.llm == {"contributed": False}
+    assert v.llm.to_dict() == {"contributed": False}
     assert v.to_dict()["primary"]["fingerprint"] == v.primary.fingerprint
 
 
@@ -48,13 +48,13 @@ def test_infrastructure_same_root_ceiling_edges() -> None:
     for i in range(1, 3):
         v = verdict(CUDA, 50, hist)
         assert (v.decision, v.rule) == ("RESTART", "restart.infrastructure"), i
-        assert v.history["same_root_retries_without_progress"] == i
-        assert v.budgets["same_root_retries_left"] == 3 - i
+        assert v.history.same_root_retries_without_progress == i
+        assert v.budgets.same_root_retries_left == 3 - i
         hist.append(prior(i, CUDA, 50))
     v = verdict(CUDA, 50, hist)
     assert (v.decision, v.rule) == ("STOP", "stop.same_root_ceiling")
-    assert v.history["same_root_prior_cycles"] == 3
-    assert v.budgets["same_root_retries_left"] == 0
+    assert v.history.same_root_prior_cycles == 3
+    assert v.budgets.same_root_retries_left == 0
 
 
 def test_configured_ceiling_is_honoured() -> None:
@@ -69,11 +69,11 @@ def test_progress_between_cycles_resets_the_counts() -> None:
     hist = [prior(0, CUDA, 50), prior(1, CUDA, 50), prior(2, CUDA, 50)]
     v = verdict(CUDA, 80, hist)
     assert (v.decision, v.rule) == ("RESTART", "restart.progress")
-    assert v.history["progress_since_prior"] == "advanced"
+    assert v.history.progress_since_prior == "advanced"
     hist.append(prior(3, CUDA, 80))
     v = verdict(CUDA, 80, hist)  # one retry without progress since the advance
     assert (v.decision, v.rule) == ("RESTART", "restart.infrastructure")
-    assert v.history["same_root_retries_without_progress"] == 1
+    assert v.history.same_root_retries_without_progress == 1
 
 
 def test_unknown_progress_never_stops_on_counts() -> None:
@@ -82,8 +82,8 @@ def test_unknown_progress_never_stops_on_counts() -> None:
     hist = [prior(0, CUDA, 50)] + [prior(i, CUDA, None) for i in range(1, 10)]
     v = verdict(CUDA, None, hist)
     assert (v.decision, v.rule) == ("RESTART", "restart.progress_unknown")
-    assert v.history["progress_since_prior"] == "unknown"
-    assert v.history["progress_basis"] == "job_progressed_before"
+    assert v.history.progress_since_prior == "unknown"
+    assert v.history.progress_basis == "job_progressed_before"
     hist = [prior(0, KEYERR, 50)] + [prior(i, KEYERR, None) for i in range(1, 4)]
     v = verdict(KEYERR, None, hist)
     assert (v.decision, v.rule) == ("RESTART", "restart.progress_unknown")
@@ -92,7 +92,7 @@ def test_unknown_progress_never_stops_on_counts() -> None:
 def test_unknown_cycles_in_between_neither_count_nor_reset() -> None:
     hist = [prior(0, CUDA, 50), prior(1, CUDA, None), prior(2, CUDA, 50), prior(3, CUDA, 50)]
     v = verdict(CUDA, 50, hist)
-    assert v.history["same_root_retries_without_progress"] == 3
+    assert v.history.same_root_retries_without_progress == 3
     assert v.rule == "stop.same_root_ceiling"
 
 
@@ -101,7 +101,7 @@ def test_probable_workload_bug_stops_on_first_identical_recurrence() -> None:
     assert (v.decision, v.rule) == ("RESTART", "restart.workload_first")
     v = verdict(KEYERR, 50, [prior(0, KEYERR, 50)])
     assert (v.decision, v.rule) == ("STOP", "stop.workload_recurrence")
-    assert v.history["identical_prior_cycles"] == 1
+    assert v.history.identical_prior_cycles == 1
 
 
 def test_workload_recurrence_with_progress_restarts() -> None:
@@ -122,10 +122,10 @@ def test_job_ceiling_counts_alternating_roots() -> None:
     hist = [prior(i, roots[i % 2], 50) for i in range(5)]
     v = verdict(roots[5 % 2], 50, hist)
     assert (v.decision, v.rule) == ("STOP", "stop.job_no_progress_ceiling")
-    assert v.history["consecutive_no_progress"] == 5
+    assert v.history.consecutive_no_progress == 5
     v = verdict(roots[4 % 2], 50, hist[:4])
     assert v.decision == "RESTART"
-    assert v.budgets["job_retries_left"] == 1
+    assert v.budgets.job_retries_left == 1
 
 
 def test_syntax_error_stops_immediately_even_without_history() -> None:
@@ -206,7 +206,7 @@ def test_cascades_only_and_flight_recorder_culprit() -> None:
     assert v.primary.role == "cascade" and v.primary.rank == 1
     v = decide(scan_text(NCCL_ONLY), (), fr_culprit_ranks=[3])
     assert v.primary.rank == 3 and v.primary.line == 4
-    assert v.fr == {"culprit_ranks": [3]}
+    assert v.fr is not None and v.fr.culprit_ranks == [3]
 
 
 @pytest.mark.parametrize("field", ["same_root_prior_cycles", "consecutive_no_progress"])

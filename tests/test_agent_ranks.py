@@ -161,7 +161,7 @@ def test_a_hardware_fault_later_in_the_cycle_wins_over_a_probable_workload_root(
     )
     v = decide(scan_text(text))
     assert v.primary.failure_class == "gpu_ecc_error"
-    assert "infrastructure root" in v.fan_out["primary_reason"]
+    assert "infrastructure root" in v.fan_out.primary_reason
     # a certain workload bug is not overridden
     syntax = "[rank0]: SyntaxError: invalid syntax\n" + text
     assert decide(scan_text(syntax)).rule == "stop.certain_workload_bug"

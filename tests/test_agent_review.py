@@ -199,10 +199,10 @@ def test_f4_a_high_collective_seqnum_means_the_job_ran_past_startup() -> None:
     cde = "[rank4]: RuntimeError: CUDA driver error: unknown error\n"
     vs = run_job([wd(1) + wd(2)] * 7 + [wd(1) + cde])
     assert decisions(vs) == "R" * 8
-    assert vs[1].history["progress_basis"] == "ran_past_startup"
-    assert not vs[1].history["failed_before_first_iteration"]
+    assert vs[1].history.progress_basis == "ran_past_startup"
+    assert not vs[1].history.failed_before_first_iteration
     # a low sequence number (the first barriers) is no such proof
-    assert run_job([wd(1, seq=3)] * 2)[1].history["progress_basis"] == "no_progress_ever"
+    assert run_job([wd(1, seq=3)] * 2)[1].history.progress_basis == "no_progress_ever"
 
 
 # ----------------------------------------------------------------- 5: blame

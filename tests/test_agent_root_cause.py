@@ -86,7 +86,7 @@ def test_an_assertion_in_the_root_cause_entry_is_not_infrastructure() -> None:
     # the entry's AssertionError on its rank is the root, a workload bug
     first = run_job([NEW_TB])[0]
     assert first.primary is not None and first.primary.domain == "workload"
-    assert first.fan_out["primary_reason"].startswith("the error in torch elastic's Root Cause")
+    assert first.fan_out.primary_reason.startswith("the error in torch elastic's Root Cause")
 
 
 def test_a_peers_nccl_error_does_not_outrank_the_entrys_own_assertion() -> None:

@@ -38,12 +38,12 @@ def test_identical_startup_workload_bug_stops_at_the_second_cycle(name: str) -> 
     first, second = run_job([text, text])
     assert (first.decision, first.rule) == ("RESTART", "restart.workload_first"), first.basis
     assert (second.decision, second.rule) == ("STOP", "stop.startup_recurrence"), second.basis
-    assert second.history["progress_since_prior"] == "none"
-    assert second.history["progress_basis"] == "no_progress_ever"
-    assert second.history["failed_before_first_iteration"] is True
-    assert second.history["identical_retries_without_progress"] == 1
-    assert second.budgets["workload_recurrence_stop"] == 1
-    assert second.budgets["workload_recurrences_left"] == 0
+    assert second.history.progress_since_prior == "none"
+    assert second.history.progress_basis == "no_progress_ever"
+    assert second.history.failed_before_first_iteration is True
+    assert second.history.identical_retries_without_progress == 1
+    assert second.budgets.workload_recurrence_stop == 1
+    assert second.budgets.workload_recurrences_left == 0
 
 
 def test_script_not_found_is_classified_and_stops_on_its_recurrence() -> None:
@@ -85,8 +85,8 @@ def test_different_startup_bugs_are_no_recurrence_but_reach_the_job_ceiling() ->
     verdicts = run_job(bugs[:6])
     assert [v.decision for v in verdicts[:5]] == ["RESTART"] * 5
     assert verdicts[5].rule == "stop.job_no_progress_ceiling"
-    assert verdicts[5].history["consecutive_no_progress"] == 5
-    assert verdicts[5].budgets["job_retries_left"] == 0
+    assert verdicts[5].history.consecutive_no_progress == 5
+    assert verdicts[5].budgets.job_retries_left == 0
 
 
 INFRA_STARTUP = {
@@ -102,8 +102,8 @@ def test_identical_infrastructure_startup_failure_ends_only_at_the_job_ceiling(n
     verdicts = run_job([text] * 7)
     assert [v.decision for v in verdicts[:5]] == ["RESTART"] * 5, [v.rule for v in verdicts]
     assert verdicts[5].rule == "stop.job_no_progress_ceiling"
-    assert verdicts[5].history["same_root_retries_without_progress"] == 0  # startup: not counted
-    assert verdicts[4].budgets["job_retries_left"] == 1
+    assert verdicts[5].history.same_root_retries_without_progress == 0  # startup: not counted
+    assert verdicts[4].budgets.job_retries_left == 1
 
 
 def test_job_ceiling_is_configurable() -> None:
@@ -118,7 +118,7 @@ def test_workload_bug_after_the_job_progressed_is_unknown_without_lines() -> Non
     verdicts = run_job([progressed, bug, bug])
     assert verdicts[1].rule == "restart.progress_unknown"
     assert verdicts[2].rule == "restart.progress_unknown"
-    assert verdicts[2].history["progress_basis"] == "job_progressed_before"
+    assert verdicts[2].history.progress_basis == "job_progressed_before"
 
 
 def test_launcher_no_iteration_fact_makes_a_resumed_cycle_a_startup_failure() -> None:
@@ -126,7 +126,7 @@ def test_launcher_no_iteration_fact_makes_a_resumed_cycle_a_startup_failure() ->
     progressed = "[rank0]: step 10 | loss 2\n[rank0]: step 500 | loss 1\n" + INFRA_STARTUP["xid"]
     no_iter = fact("iterations", last={}, silent=[0, 1], client=True)
     verdicts = run_job([progressed, no_iter + bug, no_iter + bug])
-    assert verdicts[1].history["progress_basis"] == "launcher_no_iteration"
+    assert verdicts[1].history.progress_basis == "launcher_no_iteration"
     assert verdicts[1].rule == "restart.workload_first"
     assert (verdicts[2].decision, verdicts[2].rule) == ("STOP", "stop.startup_recurrence")
 
@@ -136,7 +136,7 @@ def test_short_cycle_by_the_launcher_clock_is_a_startup_failure() -> None:
     progressed = "[rank0]: step 10 | loss 2\n[rank0]: step 500 | loss 1\n" + INFRA_STARTUP["xid"]
     short = fact("cycle_end", outcome="failed", duration_s=42.0)
     verdicts = run_job([progressed, short + bug, short + bug])
-    assert verdicts[2].history["progress_basis"] == "startup_window"
+    assert verdicts[2].history.progress_basis == "startup_window"
     assert verdicts[2].rule == "stop.startup_recurrence"
 
 
@@ -146,7 +146,7 @@ def test_long_silent_cycle_is_unknown_not_a_startup_loop() -> None:
     verdicts = run_job([long + nccl] * 10)
     assert all(v.decision == "RESTART" for v in verdicts), [v.rule for v in verdicts]
     assert verdicts[-1].rule == "restart.progress_unknown"
-    assert verdicts[-1].history["progress_basis"] == "long_silent_cycle"
+    assert verdicts[-1].history.progress_basis == "long_silent_cycle"
     assert "36000 s" in verdicts[-1].basis
     # the window is configuration: with a longer one the same cycles are startup failures
     cfg = PolicyConfig(startup_window_s=100000.0)

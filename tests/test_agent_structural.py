@@ -153,7 +153,7 @@ def _timeouts(seq: int, ranks: list[int], op: str = "ALLREDUCE") -> str:
 def test_all_rank_timeout_at_one_collective_on_two_startup_cycles_is_a_desync_loop() -> None:
     log = _timeouts(3, [0, 1, 2, 3])
     first, second = run_job([log, log])
-    assert first.fan_out["all_rank_timeout"] == "ALLREDUCE@3/4"
+    assert first.fan_out.all_rank_timeout == "ALLREDUCE@3/4"
     assert (first.decision, first.rule) == ("RESTART", "restart.cascade_only")
     assert (second.decision, second.rule) == ("STOP", "stop.startup_recurrence"), second.basis
     assert "desync" in second.basis
@@ -216,8 +216,8 @@ def test_log_span_separates_a_startup_failure_from_a_long_silent_cycle() -> None
     short = "[2024-05-01 10:00:03,000] start\n" + root + "[2024-05-01 10:00:40,000] end\n"
     long = "[2024-05-01 10:00:03,000] start\n" + root + "[2024-05-01 12:00:00,000] end\n"
     _, after_short = run_job([ITER + root, short])
-    assert after_short.history["progress_basis"] == "startup_window"
+    assert after_short.history.progress_basis == "startup_window"
     assert after_short.progress.duration_source == "log_timestamps"
     _, after_long = run_job([ITER + root, long])
-    assert after_long.history["progress_basis"] == "long_silent_cycle", after_long.basis
+    assert after_long.history.progress_basis == "long_silent_cycle", after_long.basis
     assert "timestamps" in after_long.basis

@@ -13,7 +13,15 @@ import pytest
 from relaunch.attribution.core.engine import VerdictEvent
 from relaunch.attribution.notify.slack import SlackConfig, SlackNotifier
 from relaunch.cli import slack_options
-from relaunch.restart_agent.model import Decision, Evidence, Progress, Rule, Verdict
+from relaunch.restart_agent.model import (
+    Budgets,
+    Decision,
+    Evidence,
+    History,
+    Progress,
+    Rule,
+    Verdict,
+)
 from tests._slack_server import SlackServer
 
 TOKEN = "xoxb-test-token"
@@ -64,8 +72,8 @@ def event(job_id: str, cycle: int) -> VerdictEvent:
         ),
         cascades=[],
         progress=Progress(),
-        history=dict(d["history"]),
-        budgets={},
+        history=History.from_dict(d["history"]),
+        budgets=Budgets.from_dict({}),
     )
     return VerdictEvent(
         job_id=job_id, cycle=cycle, log_path="/l/c.log", verdict=typed, log_identity={}

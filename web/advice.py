@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relaunch.restart_agent.model import Decision
+
 
 def next_step(
     decision: str | None,
@@ -29,7 +31,7 @@ def next_step(
     fclass = (primary or {}).get("failure_class") or "the failure"
     line = (primary or {}).get("line")
     where = f" (log line {line})" if line else ""
-    if decision == "STOP":
+    if decision == Decision.STOP:
         return (
             f"Do not restart: fix {fclass}{where} in the job's code, data or configuration, "
             "then launch again."

@@ -53,6 +53,7 @@ from fastapi.responses import (
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from relaunch.restart_agent.model import Decision
 from relaunch.storage import dashboard_queries
 from relaunch.storage.repository import JOB_STATES
 from relaunch.web import charts, logview, views
@@ -526,10 +527,8 @@ def cycle_page(request: Request, dash: DashDep, job_id: str, cycle: str) -> Resp
     excerpt, log_error = None, None
     try:
         with dash.open_log(record) as fh:
-            if detail["primary"] and isinstance(detail["primary"].get("line"), int):
-                excerpt = logview.excerpt(
-                    fh, detail["primary"]["line"], detail["primary"].get("rank")
-                )
+            if detail["excerpt_at"] is not None:
+                excerpt = logview.excerpt(fh, *detail["excerpt_at"])
     except logview.LogUnavailable as exc:
         log_error = str(exc)
     except OSError as exc:
@@ -601,7 +600,7 @@ def search_page(
 ) -> Response:
     fingerprint, failure_class = fingerprint.strip(), failure_class.strip()
     decision = decision.strip().upper()
-    if decision and decision not in ("STOP", "RESTART"):
+    if decision and decision not in tuple(Decision):
         raise _BadRequest(400, "decision must be STOP or RESTART")
     if len(fingerprint) > 4096 or len(failure_class) > 128:
         raise _BadRequest(400, "search term too long")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relaunch.restart_agent.model import StragglerReport
+
 MAX_RANKS = 1024  # cells drawn per node (more are counted, not drawn)
 WIDTH = 640
 ROW_H = 44
@@ -23,6 +25,10 @@ def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def _level(score: float, threshold: float) -> str:
@@ -37,14 +43,15 @@ def straggler_strip(stored: Any) -> dict[str, Any] | None:
     """Coordinates of the strip, or None when `stored` holds no per-rank scores."""
     if not isinstance(stored, Mapping):
         return None
+    report = StragglerReport.from_dict(dict(stored))  # the stored JSON, read once
     named = {
         (str(s.get("node")), int(s["rank"]))
-        for s in stored.get("named") or []
+        for s in _list(report.named)
         if isinstance(s, Mapping) and isinstance(s.get("rank"), int)
     }
-    suspect = stored.get("suspect_rank")
+    suspect = report.suspect_rank
     rows = []
-    for sc in stored.get("scores") or []:
+    for sc in _list(report.scores):
         if not isinstance(sc, Mapping) or not isinstance(sc.get("ranks"), Mapping):
             continue
         threshold = _num(sc.get("threshold")) or 0.7
@@ -107,6 +114,6 @@ def straggler_strip(stored: Any) -> dict[str, Any] | None:
         "height": TOP + len(out_rows) * ROW_H + 4,
         "pad_left": PAD_LEFT,
         "rows": out_rows,
-        "persistent": list(stored.get("persistent") or []),
+        "persistent": list(_list(report.persistent)),
         "suspect": suspect,
     }

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime
 from typing import Any
 
+from relaunch.restart_agent.model import Decision, Verdict
 from relaunch.web.straggler_strip import straggler_strip
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted", "lost"})
@@ -21,15 +22,18 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "stopped", "interrupted", "l
 COUNTED_STATES = ("running", "stopped", "failed", "succeeded", "interrupted")
 
 # what the deciding verdict did (storage.job_end.verdict_effect), in words
-_EFFECT_TEXT = {
-    ("STOP", "acted"): "acted on: the launcher ended the job on this STOP",
-    ("STOP", "recorded"): "recorded only: the launcher did not stop the job on it (acting on "
+_EFFECT_TEXT: dict[tuple[str, str], str] = {
+    (Decision.STOP, "acted"): "acted on: the launcher ended the job on this STOP",
+    (
+        Decision.STOP,
+        "recorded",
+    ): "recorded only: the launcher did not stop the job on it (acting on "
     "STOP is opt-in: --ft-attribution-stop-action no-restart)",
-    ("STOP", "pending"): "pending: the job ends on it only with "
+    (Decision.STOP, "pending"): "pending: the job ends on it only with "
     "--ft-attribution-stop-action no-restart",
-    ("RESTART", "acted"): "acted on: the launcher restarted the workers",
-    ("RESTART", "recorded"): "recorded only: the job ended before another cycle started",
-    ("RESTART", "pending"): "pending: the launcher restarts the workers",
+    (Decision.RESTART, "acted"): "acted on: the launcher restarted the workers",
+    (Decision.RESTART, "recorded"): "recorded only: the job ended before another cycle started",
+    (Decision.RESTART, "pending"): "pending: the launcher restarts the workers",
 }
 _EFFECT_BADGE = {"acted": "acted on", "recorded": "recorded only", "pending": "pending"}
 
@@ -122,22 +126,23 @@ def duration_s(cycle: Mapping[str, Any]) -> float | None:
     return (end - start).total_seconds()
 
 
-def _verdict(cycle: Mapping[str, Any]) -> dict[str, Any]:
+def _verdict(cycle: Mapping[str, Any]) -> Verdict | None:
+    """The cycle's stored verdict JSON, read once (None: none stored, or not a verdict)."""
     v = cycle.get("verdict")
-    return dict(v) if isinstance(v, Mapping) else {}
+    return Verdict.read(dict(v)) if isinstance(v, Mapping) else None
 
 
 def exit_cause(cycle: Mapping[str, Any]) -> str:
     """One line: the primary failure class (and its text), or why there is none."""
     verdict = _verdict(cycle)
-    primary = verdict.get("primary") or {}
-    fclass = cycle.get("failure_class") or primary.get("failure_class")
+    primary = verdict.primary if verdict is not None else None
+    fclass = cycle.get("failure_class") or (primary.failure_class if primary else None)
     if fclass:
         return str(fclass)
     if cycle.get("status") == "registered":
         return "running" if not cycle.get("ended_at") else "awaiting analysis"
     outcome = cycle.get("outcome")  # how the launcher ended the cycle (revision 0007)
-    if outcome and not verdict:
+    if outcome and not cycle.get("verdict"):
         reason = cycle.get("end_reason")
         return f"{outcome}: {reason}" if reason and outcome != "succeeded" else str(outcome)
     if cycle.get("analysis_error"):
@@ -148,14 +153,15 @@ def exit_cause(cycle: Mapping[str, Any]) -> str:
 def progress_reached(cycle: Mapping[str, Any]) -> int | None:
     it = cycle.get("last_iteration")
     if it is None:
-        it = (_verdict(cycle).get("progress") or {}).get("last_iteration")
+        verdict = _verdict(cycle)
+        it = verdict.progress.last_iteration if verdict is not None else None
     return it if isinstance(it, int) and not isinstance(it, bool) else None
 
 
 def cycle_row(record: Any) -> dict[str, Any]:
     """One row of a job's cycle timeline."""
     c = as_dict(record)
-    verdict = _verdict(c)
+    v = _verdict(c)
     d = duration_s(c)
     return {
         "cycle": c.get("cycle"),
@@ -165,9 +171,9 @@ def cycle_row(record: Any) -> dict[str, Any]:
         "duration": fmt_duration(d),
         "duration_s": d,
         "cause": exit_cause(c),
-        "basis": c.get("basis") or verdict.get("basis") or "",
-        "decision": c.get("decision") or verdict.get("decision"),
-        "rule": c.get("rule") or verdict.get("rule"),
+        "basis": c.get("basis") or (v.basis if v is not None else "") or "",
+        "decision": c.get("decision") or (str(v.decision) if v is not None else None),
+        "rule": c.get("rule") or (str(v.rule) if v is not None else None),
         "fingerprint": c.get("fingerprint"),
         "iteration": progress_reached(c),
         "checkpoint": c.get("last_checkpoint"),
@@ -210,7 +216,7 @@ def overview_row(o: Mapping[str, Any]) -> dict[str, Any]:
         rank=d.get("rank"),
         node=d.get("node"),
         decided=fmt_time(d.get("analysed_at")),
-        failing=row["state"] in ("stopped", "failed", "lost") or d.get("decision") == "STOP",
+        failing=row["state"] in ("stopped", "failed", "lost") or d.get("decision") == Decision.STOP,
     )
     return row
 
@@ -474,24 +480,27 @@ def key_values(value: Any) -> list[tuple[str, str]]:
 def cycle_detail(record: Any) -> dict[str, Any]:
     """Everything the cycle page shows."""
     c = as_dict(record)
-    verdict = _verdict(c)
-    primary = verdict.get("primary") or None
-    evidence = [e for e in (c.get("evidence") or verdict.get("evidence") or []) if e]
-    p_line = primary.get("line") if primary else None
+    v = _verdict(c)
+    first = v.primary if v is not None else None
+    primary = first.to_dict() if first is not None else None
+    # the evidence rows stored with the cycle, else the verdict's own evidence lines
+    stored_rows = c.get("evidence") or ([e.to_dict() for e in v.evidence] if v else [])
+    evidence = [e for e in stored_rows if e]
     supporting = []
     for e in evidence:
         is_primary = (
             e.get("primary") is True
             or bool(e.get("is_primary"))
             or (
-                primary is not None
-                and e.get("line") == p_line
-                and e.get("failure_class") == primary.get("failure_class")
+                first is not None
+                and e.get("line") == first.line
+                and e.get("failure_class") == first.failure_class
             )
         )
         if not is_primary:
             supporting.append(e)
     row = cycle_row(c)
+    stored = c.get("verdict") if isinstance(c.get("verdict"), Mapping) else None
     return {
         **row,
         "job_id": c.get("job_id"),
@@ -502,17 +511,23 @@ def cycle_detail(record: Any) -> dict[str, Any]:
         "ended": fmt_time(c.get("ended_at")),
         "audit_path": c.get("audit_path"),
         "primary": primary,
+        # (line, rank) of the primary evidence: where the page's log excerpt is centred
+        "excerpt_at": (first.line, first.rank) if first and isinstance(first.line, int) else None,
         "supporting": supporting,
-        "cascades": list(verdict.get("cascades") or []),
-        "history": key_values(verdict.get("history")),
-        "budgets": key_values(verdict.get("budgets")),
-        "progress": verdict.get("progress") or {},
-        "fan_out": key_values(verdict.get("fan_out")),
-        "fr": fr_view(c.get("fr_findings") or verdict.get("fr")),
-        "node_health": node_health_view(c.get("node_health"), verdict.get("node_health")),
+        "cascades": [g.to_dict() for g in v.cascades] if v else [],
+        "history": key_values(v.history.to_dict() if v else None),
+        "budgets": key_values(v.budgets.to_dict() if v else None),
+        "progress": v.progress.to_dict() if v else {},
+        "fan_out": key_values(v.fan_out.to_dict() if v else None),
+        "fr": fr_view(c.get("fr_findings") or (v.fr.to_dict() if v and v.fr else None)),
+        "node_health": node_health_view(
+            c.get("node_health"), [n.to_dict() for n in v.node_health] if v else None
+        ),
         "llm": llm_view(c.get("llm")),
-        "llm_contributed": bool((verdict.get("llm") or {}).get("contributed")),
-        "has_verdict": bool(verdict),
-        "verdict_json": pretty_json(verdict) if verdict else "",
-        "stragglers": straggler_strip(c.get("stragglers") or verdict.get("stragglers")),
+        "llm_contributed": bool(v and v.llm.contributed),
+        "has_verdict": bool(stored),
+        "verdict_json": pretty_json(stored) if stored else "",
+        "stragglers": straggler_strip(
+            c.get("stragglers") or (v.stragglers.to_dict() if v and v.stragglers else None)
+        ),
     }

@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 from relaunch.attribution.core.files import safe_name, write_json_atomic
 from relaunch.restart_agent import safe_files
-from relaunch.restart_agent.model import NodeHealthNote, PolicyConfig, PriorCycle, Verdict
+from relaunch.restart_agent.model import (
+    FRFindings,
+    NodeHealthNote,
+    PolicyConfig,
+    PriorCycle,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from relaunch.attribution.core.engine import VerdictEvent
@@ -170,7 +176,7 @@ def build_artifact(
     *,
     job_id: str,
     cycle: int,
-    verdict: dict[str, Any],
+    verdict: Verdict,
     log_identity: dict[str, Any],
     history: list[PriorCycle],
     policy: PolicyConfig,
@@ -179,8 +185,9 @@ def build_artifact(
     extra_timings: dict[str, Any] | None = None,
     node_health: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The audit document for one verdict (pure; `AuditWriter` adds the file)."""
-    primary = verdict.get("primary") or {}
+    """The audit document for one verdict (pure; `AuditWriter` adds the file). The
+    top-level copies are the typed parts' JSON, the same as in `verdict`'s."""
+    primary = verdict.primary
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -202,18 +209,18 @@ def build_artifact(
             "fr_culprit_ranks": fr_culprit_ranks,
             "node_health": node_health if node_health is not None else [],
         },
-        "decision": verdict.get("decision"),
-        "rule": verdict.get("rule"),
-        "basis": verdict.get("basis"),
-        "fingerprint": primary.get("fingerprint"),
-        "failure_class": primary.get("failure_class"),
-        "evidence": verdict.get("evidence") or [],
-        "progress": verdict.get("progress"),
-        "history_counts": verdict.get("history"),
-        "budgets": verdict.get("budgets"),
-        "llm": verdict.get("llm"),
+        "decision": str(verdict.decision),
+        "rule": str(verdict.rule),
+        "basis": verdict.basis,
+        "fingerprint": primary.fingerprint if primary else None,
+        "failure_class": primary.failure_class if primary else None,
+        "evidence": [e.to_dict() for e in verdict.evidence],
+        "progress": verdict.progress.to_dict(),
+        "history_counts": verdict.history.to_dict(),
+        "budgets": verdict.budgets.to_dict(),
+        "llm": verdict.llm.to_dict(),
         "timings": {"analysis_ms": analysis_ms, **(extra_timings or {})},
-        "verdict": verdict,
+        "verdict": verdict.to_dict(),  # the artifact (a file): the edge
     }
 
 
@@ -276,12 +283,12 @@ class AuditWriter:
             policy, fr, notes = self.policy, None, []
             if self.repo is not None:
                 rec = self.repo.get_cycle(event.job_id, event.cycle)
-                ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+                ranks = FRFindings.from_dict(rec.fr_findings).culprit_ranks if rec else None
                 fr = list(ranks) if isinstance(ranks, list) else None
         doc = build_artifact(
             job_id=event.job_id,
             cycle=event.cycle,
-            verdict=event.verdict.to_dict(),  # the artifact (a file): the edge
+            verdict=event.verdict,
             log_identity=event.log_identity or {"path": event.log_path},
             history=history,
             policy=policy,

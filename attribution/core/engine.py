@@ -42,6 +42,7 @@ from relaunch.restart_agent.facts import PREFIX as _FACT_PREFIX
 from relaunch.restart_agent.facts import FactCollector
 from relaunch.restart_agent.model import (
     CycleEvidence,
+    FRFindings,
     LauncherFacts,
     NodeHealthNote,
     PolicyConfig,
@@ -227,7 +228,7 @@ def scan_with_identity(
 
 def _fr_ranks_of(rec: CycleRecord | None) -> list[int] | None:
     """Culprit ranks of the FR findings stored with a cycle record, if usable."""
-    ranks = (rec.fr_findings or {}).get("culprit_ranks") if rec else None
+    ranks = FRFindings.from_dict(rec.fr_findings).culprit_ranks if rec else None
     if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
         return ranks
     return None
@@ -396,7 +397,7 @@ class AttributionEngine:
             return
         scores = verdict_stragglers(facts, None)
         if scores is not None:
-            self.repo.save_stragglers(job_id, cycle, scores)
+            self.repo.save_stragglers(job_id, cycle, scores.to_dict())
 
     def end_job(
         self, job_id: str, state: str, exit_code: int, *, reason: str | None = None
@@ -684,7 +685,6 @@ def _analyze_nodes(
     fr = _fr_ranks_of(stored)
     notes = _notes_of(stored)
     verdict = decide(evidence, history, engine.policy, fr_culprit_ranks=fr, node_health=notes)
-    result = verdict.to_dict()
     absent = sorted(set(missing) | set(unread))
     section: dict[str, Any] = {
         "expected": expected if expected is not None else len(logs) + len(set(missing)),
@@ -692,11 +692,16 @@ def _analyze_nodes(
         "missing": absent,
         "unreadable": [e for e in scanned if "error" in e],
     }
+    saved = verdict  # the stored one says which nodes' logs it lacked (the event's does not)
     if absent:
-        result["basis"] = (
-            f"{result.get('basis') or ''} (node(s) {', '.join(absent)} did not report; "
-            "decided without their logs)"
-        ).strip()
+        saved = dataclasses.replace(
+            verdict,
+            basis=(
+                f"{verdict.basis} (node(s) {', '.join(absent)} did not report; "
+                "decided without their logs)"
+            ).strip(),
+        )
+    result = saved.to_dict()  # the stored JSON: the verdict and the sections below
     if previous is not None:  # a later node's log re-decided the cycle: the change is kept
         section["previous"] = {
             k: previous.get(k) for k in ("decision", "rule", "basis") if k in previous
@@ -706,17 +711,18 @@ def _analyze_nodes(
         ]
     result["cycle_nodes"] = section
     if fr is not None:  # the Flight Recorder's culprits, joined with the log evidence
-        lines = [result.get("primary")] + list(result.get("evidence") or [])
+        lines = ([saved.primary] if saved.primary else []) + list(saved.evidence)
         joined: list[dict[str, Any]] = []
-        for e in lines:
-            if isinstance(e, dict) and e.get("rank") in set(fr) and e not in joined:
+        for ev in lines:
+            e = ev.to_dict()
+            if ev.rank in set(fr) and e not in joined:
                 joined.append(e)
-        hangs = (((result.get("fan_out") or {}).get("launcher") or {}).get("hangs")) or []
+        hangs = (saved.fan_out.launcher or {}).get("hangs") or []
         result["flight_recorder"] = {
             "culprit_ranks": list(fr),
             "source": ((stored.fr_findings or {}).get("source") if stored else None),
             "evidence": joined[:10],
-            "primary_is_culprit": (result.get("primary") or {}).get("rank") in set(fr),
+            "primary_is_culprit": (saved.primary.rank if saved.primary else None) in set(fr),
             "hangs": [h for h in hangs if isinstance(h, dict) and h.get("rank") in set(fr)],
         }
     total = sum(int(e.get("size") or 0) for e in scanned)

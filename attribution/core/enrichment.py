@@ -20,6 +20,7 @@ A failing model, server, database or disk is logged (without the API key) and dr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from relaunch.attribution.core.audit import artifact_path
 from relaunch.attribution.core.background import BackgroundQueue
 from relaunch.attribution.core.files import write_json_atomic
 from relaunch.restart_agent.llm import LLMConfig, enrich_and_apply
-from relaunch.restart_agent.model import PolicyConfig
+from relaunch.restart_agent.model import PolicyConfig, Verdict
 from relaunch.storage import HistoryRepository
 
 if TYPE_CHECKING:
@@ -108,20 +109,24 @@ class EnrichmentListener:
             )
 
     def _handle(self, event: VerdictEvent) -> None:
-        # the LLM layer (restart_agent.llm) reads and rewrites the stored JSON form
-        verdict = event.verdict.to_dict()
-        result = enrich_and_apply(verdict, event.log_path, self.config, self.policy)
-        llm = result["llm"]
-        contributed = bool(llm.get("contributed")) and self.apply_policy
-        if not self.apply_policy and llm.get("contributed"):
-            llm = {**llm, "contributed": False, "not_used_because": "policy use is switched off"}
-            result = {**verdict, "llm": llm}
+        # the LLM layer (restart_agent.llm) reads and rewrites the stored JSON form: its
+        # answer is read back once, here
+        answer = enrich_and_apply(event.verdict.to_dict(), event.log_path, self.config, self.policy)
+        result = Verdict.from_dict(answer)
+        contributed = result.llm.contributed and self.apply_policy
+        if not self.apply_policy and result.llm.contributed:
+            result = dataclasses.replace(
+                event.verdict,
+                llm=result.llm.with_(
+                    contributed=False, not_used_because="policy use is switched off"
+                ),
+            )
         record = None
         if self.repo is not None:
             record = self.repo.get_cycle(event.job_id, event.cycle)
             if contributed:
-                self._replace_verdict(event, result, record)
-            self.repo.save_llm(event.job_id, event.cycle, llm)
+                result = self._replace_verdict(event, result, record)
+            self.repo.save_llm(event.job_id, event.cycle, result.llm.to_dict())
         audit_path = record.audit_path if record is not None else None
         audit_dir = self.audit_dir or getattr(event, "audit_dir", None)
         if audit_path is None and audit_dir:
@@ -129,30 +134,34 @@ class EnrichmentListener:
         if audit_path:
             self._write_sidecar(audit_sidecar_path(audit_path), event, result)
         if self.on_result is not None:
-            self.on_result(event, result)
+            self.on_result(event, result.to_dict())
 
-    def _replace_verdict(self, event: VerdictEvent, result: dict[str, Any], record: Any) -> None:
+    def _replace_verdict(self, event: VerdictEvent, result: Verdict, record: Any) -> Verdict:
+        """Store `result` in place of the verdict it enriched; when the stored one changed
+        meanwhile, `result` comes back with the LLM's contribution withdrawn."""
         assert self.repo is not None
-        stored = record.verdict if record else None
-        if stored is None or _identity(stored) != _identity(event.verdict.to_dict()):
+        stored = Verdict.read(record.verdict) if record else None
+        if stored is None or _identity(stored) != _identity(event.verdict):
             log.warning(
                 "LLM enrichment of job %s cycle %s not applied: the stored verdict changed meanwhile",
                 event.job_id,
                 event.cycle,
             )
-            result["llm"]["contributed"] = False
-            result["llm"]["not_used_because"] = "the stored verdict changed meanwhile"
-            return
+            why = "the stored verdict changed meanwhile"
+            return dataclasses.replace(
+                result, llm=result.llm.with_(contributed=False, not_used_because=why)
+            )
         self.repo.save_verdict(
             event.job_id,
             event.cycle,
-            result,
+            result.to_dict(),
             log_identity=getattr(event, "log_identity", None)
             or (record.log_identity if record else None),
             audit_path=record.audit_path if record else None,
         )
+        return result
 
-    def _write_sidecar(self, path: Path, event: VerdictEvent, result: dict[str, Any]) -> None:
+    def _write_sidecar(self, path: Path, event: VerdictEvent, result: Verdict) -> None:
         payload = {
             "job_id": event.job_id,
             "cycle": event.cycle,
@@ -162,20 +171,24 @@ class EnrichmentListener:
                 "rule": str(event.verdict.rule),
                 "basis": event.verdict.basis,
             },
-            "final": {k: result.get(k) for k in ("decision", "rule", "basis")},
-            "llm": result["llm"],
+            "final": {
+                "decision": str(result.decision),
+                "rule": str(result.rule),
+                "basis": result.basis,
+            },
+            "llm": result.llm.to_dict(),
             "llm_config": self.config.describe(),
         }
         write_json_atomic(path, payload, sort_keys=True)
 
 
-def _identity(verdict: dict[str, Any]) -> tuple[Any, ...]:
-    primary = verdict.get("primary") or {}
+def _identity(verdict: Verdict) -> tuple[Any, ...]:
+    primary = verdict.primary
     return (
-        verdict.get("decision"),
-        verdict.get("rule"),
-        primary.get("fingerprint"),
-        primary.get("line"),
+        str(verdict.decision),
+        str(verdict.rule),
+        primary.fingerprint if primary else None,
+        primary.line if primary else None,
         # a re-decision that added a node's health report is a different verdict too
-        tuple(sorted(str(n.get("node")) for n in verdict.get("node_health") or [])),
+        tuple(sorted(n.node for n in verdict.node_health)),
     )

@@ -38,7 +38,7 @@ def event_payload(event: VerdictEvent) -> dict[str, Any]:
         "job_id": event.job_id,
         "cycle": event.cycle,
         "log_path": str(event.log_path),
-        "decision": verdict["decision"],
+        "decision": str(event.verdict.decision),
         "verdict": verdict,
         "audit_path": None,
     }

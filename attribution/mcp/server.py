@@ -29,7 +29,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 import anyio
@@ -39,7 +39,13 @@ from pydantic import BaseModel, Field
 
 from relaunch.attribution.service.validation import JOB_ID_PATTERN, MAX_CYCLE
 from relaunch.restart_agent import safe_files
+from relaunch.restart_agent.model import Decision as VerdictDecision
+from relaunch.restart_agent.model import StragglerReport as StoredStragglers
+from relaunch.restart_agent.model import Verdict
 from relaunch.web.advice import next_step
+
+if TYPE_CHECKING:
+    from relaunch.storage.records import CycleRecord
 
 INSTRUCTIONS = """\
 relaunch keeps distributed PyTorch training jobs alive and STOPs them when restarting is
@@ -202,6 +208,10 @@ def _tool_error(exc: Exception, raw: str) -> ToolError:
     return ToolError(f"invalid path {raw!r}: {exc}")
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _dict(record: Any) -> dict[str, Any]:
     return dict(record.to_dict()) if hasattr(record, "to_dict") else dict(record)
 
@@ -242,23 +252,23 @@ class _Tools:
             dashboard_url=self._url(d["job_id"]),
         )
 
-    def _cycle(self, record: Any) -> CycleVerdict:
-        d = _dict(record)
+    def _cycle(self, record: CycleRecord) -> CycleVerdict:
+        d = record.to_dict()  # the JSON form of the times
         return CycleVerdict(
-            job_id=d["job_id"],
-            cycle=d["cycle"],
-            status=d.get("status") or "unknown",
-            decision=d.get("decision"),
-            rule=d.get("rule"),
-            basis=d.get("basis"),
-            failure_class=d.get("failure_class"),
-            fingerprint=d.get("fingerprint"),
-            domain=d.get("domain"),
-            last_iteration=d.get("last_iteration"),
-            llm_contributed=d.get("llm_contributed"),
-            started_at=d.get("started_at"),
-            analysed_at=d.get("analysed_at"),
-            dashboard_url=self._url(d["job_id"], d["cycle"]),
+            job_id=record.job_id,
+            cycle=record.cycle,
+            status=record.status or "unknown",
+            decision=record.decision,
+            rule=record.rule,
+            basis=record.basis,
+            failure_class=record.failure_class,
+            fingerprint=record.fingerprint,
+            domain=record.domain,
+            last_iteration=record.last_iteration,
+            llm_contributed=record.llm_contributed,
+            started_at=d["started_at"],
+            analysed_at=d["analysed_at"],
+            dashboard_url=self._url(record.job_id, record.cycle),
         )
 
     def _get_job(self, job_id: str) -> Any:
@@ -292,7 +302,7 @@ class _Tools:
         return JobVerdicts(
             job=self._job(job),
             cycles=rows,
-            stop_cycles=[r.cycle for r in rows if r.decision == "STOP"],
+            stop_cycles=[r.cycle for r in rows if r.decision == VerdictDecision.STOP],
         )
 
     def explain_cycle(self, job_id: str, cycle: int) -> CycleExplanation:
@@ -300,31 +310,28 @@ class _Tools:
         rec = self.repo.get_cycle(job_id, cycle)
         if rec is None:
             raise ToolError(f"job {job_id!r} has no cycle {cycle} (see get_job_verdicts)")
-        d = _dict(rec)
-        verdict = d.get("verdict") or {}
-        primary = verdict.get("primary")
+        v = Verdict.read(rec.verdict)  # the stored JSON, read once
+        primary = v.primary.to_dict() if v is not None and v.primary else None
+        fr = v.fr.to_dict() if v is not None and v.fr is not None else None
+        notes = [n.to_dict() for n in v.node_health] if v is not None else []
         return CycleExplanation(
             job_id=job_id,
             cycle=cycle,
-            decision=d.get("decision"),
-            rule=d.get("rule"),
-            basis=d.get("basis"),
-            next_step=next_step(d.get("decision"), primary, d.get("status") or ""),
+            decision=rec.decision,
+            rule=rec.rule,
+            basis=rec.basis,
+            next_step=next_step(rec.decision, primary, rec.status or ""),
             primary=primary,
-            evidence=list(d.get("evidence") or verdict.get("evidence") or []),
-            cascades=list(verdict.get("cascades") or []),
-            budgets=dict(verdict.get("budgets") or {}),
-            history=dict(verdict.get("history") or {}),
-            progress=dict(verdict.get("progress") or {}),
-            fr_findings=d.get("fr_findings") or verdict.get("fr"),
-            node_health=list(verdict.get("node_health") or (d.get("node_health") or {}).values()),
-            llm=d.get("llm"),
-            log={
-                "path": d.get("log_path"),
-                "size": d.get("log_size"),
-                "sha256": d.get("log_sha256"),
-            },
-            audit_path=d.get("audit_path"),
+            evidence=list(rec.evidence or ([e.to_dict() for e in v.evidence] if v else [])),
+            cascades=[c.to_dict() for c in v.cascades] if v is not None else [],
+            budgets=v.budgets.to_dict() if v is not None else {},
+            history=v.history.to_dict() if v is not None else {},
+            progress=v.progress.to_dict() if v is not None else {},
+            fr_findings=rec.fr_findings or fr,
+            node_health=notes or list((rec.node_health or {}).values()),
+            llm=rec.llm,
+            log=rec.log_identity,
+            audit_path=rec.audit_path,
             dashboard_url=self._url(job_id, cycle),
         )
 
@@ -534,7 +541,9 @@ def build_server(
             return StragglerReport(
                 job_id=job_id,
                 cycles=[{"cycle": c, **s} for c, s in rows],
-                named_ranks=sorted({r for _, s in rows for r in s.get("persistent") or []}),
+                named_ranks=sorted(
+                    {r for _, s in rows for r in _list(StoredStragglers.from_dict(s).persistent)}
+                ),
             )
 
         return await run(get)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from relaunch.restart_agent.model import Decision
+from relaunch.restart_agent.model import Decision, StragglerReport, Verdict
 
 if TYPE_CHECKING:
     from relaunch.attribution.core.engine import VerdictEvent
@@ -82,7 +82,7 @@ class _Outgoing:
     kind: str  # stop | failure | recurring | straggler
     text: str
     blocks: list[dict[str, Any]]
-    verdict: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
     suppressed: int = 0
     attempts: int = 0
     not_before: float = 0.0
@@ -91,13 +91,11 @@ class _Outgoing:
         """What the alert store records once this alert is sent."""
         if self.kind == "straggler":
             return [] if self.cycle is None else [f"slack:straggler:{self.cycle}"]
-        keys = (
-            []
-            if self.cycle is None
-            else [f"slack:cycle:{self.cycle}:{self.verdict.get('decision')}"]
-        )
+        v = self.verdict
+        decision = v.decision if v is not None else None
+        keys = [] if self.cycle is None else [f"slack:cycle:{self.cycle}:{decision}"]
         if self.kind == "recurring":
-            fp = str((self.verdict.get("primary") or {}).get("fingerprint") or "")
+            fp = str((v.primary.fingerprint if v is not None and v.primary else None) or "")
             keys.append(f"slack:recurring:{fp}"[:512])
         return keys
 
@@ -111,10 +109,14 @@ class _JobState:
     suppressed: int = 0
 
 
-def event_fields(event: VerdictEvent) -> tuple[str, int, dict[str, Any]]:
-    """(job_id, cycle, verdict JSON) of an engine `VerdictEvent`: the message is built from
-    the JSON form, the same one `notify()` takes for a verdict read back from storage."""
-    return event.job_id, event.cycle, event.verdict.to_dict()
+def event_fields(event: VerdictEvent) -> tuple[str, int, Verdict]:
+    """(job_id, cycle, verdict) of an engine `VerdictEvent`."""
+    return event.job_id, event.cycle, event.verdict
+
+
+def _typed(verdict: Verdict | Mapping[str, Any]) -> Verdict | None:
+    """The verdict as a `Verdict`: JSON (a verdict read back from storage) is read once here."""
+    return verdict if isinstance(verdict, Verdict) else Verdict.read(dict(verdict))
 
 
 def slack_escape(text: str) -> str:
@@ -162,19 +164,18 @@ def dashboard_button(url: str) -> dict[str, Any]:
 def build_message(
     job_id: str,
     cycle: int | None,
-    verdict: Mapping[str, Any],
+    verdict: Verdict,
     *,
     kind: str,
     dashboard_url: str | None = None,
     suppressed: int = 0,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The fallback text and Block Kit blocks of one alert."""
-    decision = str(verdict.get("decision") or "?")
-    primary = verdict.get("primary") or {}
-    failure_class = str(primary.get("failure_class") or "unknown failure")
-    basis = _clip(verdict.get("basis") or "", 300)
-    rule = str(verdict.get("rule") or "?")
-    history = verdict.get("history") or {}
+    decision = str(verdict.decision)
+    primary = verdict.primary
+    failure_class = str((primary.failure_class if primary else None) or "unknown failure")
+    basis = _clip(verdict.basis or "", 300)
+    rule = str(verdict.rule or "?")
     cycle_txt = "?" if cycle is None else str(cycle)
     title = {
         "stop": f"STOP: job {job_id} will not be restarted",
@@ -189,7 +190,7 @@ def build_message(
         f"*Failure*\n{slack_escape(_clip(failure_class, 200))}",
         f"*Rule*\n{slack_escape(_clip(rule, 200))}",
     ]
-    same_root = history.get("same_root_prior_cycles")
+    same_root = verdict.history.same_root_prior_cycles
     if same_root:
         fields.append(f"*Seen before*\n{int(same_root)} prior cycle(s)")
     blocks: list[dict[str, Any]] = [
@@ -198,24 +199,24 @@ def build_message(
     ]
     if basis:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": slack_escape(basis)}})
-    if primary.get("text"):
-        where = f"line {primary.get('line')}"
-        if primary.get("rank") is not None:
-            where += f", rank {primary.get('rank')}"
-            if primary.get("rank_source") == "cascade_reporter":
+    if primary is not None and primary.text:
+        where = f"line {primary.line}"
+        if primary.rank is not None:
+            where += f", rank {primary.rank}"
+            if primary.rank_source == "cascade_reporter":
                 where += " (reported the cascade, not blamed)"
         blocks.append(
             {
                 "type": "section",
                 "text": {
                     "type": "mrkdwn",
-                    "text": f"*Evidence* ({where}): {_code(primary['text'])}",
+                    "text": f"*Evidence* ({where}): {_code(primary.text)}",
                 },
             }
         )
     context: list[str] = []
-    if primary.get("fingerprint"):
-        context.append(f"fingerprint {_code(str(primary['fingerprint']))}")
+    if primary is not None and primary.fingerprint:
+        context.append(f"fingerprint {_code(str(primary.fingerprint))}")
     if suppressed:
         context.append(f"{suppressed} earlier alert(s) for this job were rate limited")
     if context:
@@ -233,19 +234,19 @@ def build_message(
     return slack_escape(_clip(text, 1000)), blocks
 
 
-def slow_ranks(stragglers: Any, reports: int) -> list[dict[str, Any]]:
+def slow_ranks(stragglers: StragglerReport | None, reports: int) -> list[dict[str, Any]]:
     """Named stragglers whose run below the threshold reached `reports` reports (the
     longest run from the per-node scores when it is longer than the last fact's count)."""
-    if not isinstance(stragglers, Mapping):
+    if stragglers is None:
         return []
     longest: dict[tuple[str, str], int] = {}
-    for sc in stragglers.get("scores") or []:
+    for sc in _list(stragglers.scores):
         if isinstance(sc, Mapping) and isinstance(sc.get("ranks"), Mapping):
             for r, v in sc["ranks"].items():
                 if isinstance(v, Mapping) and isinstance(v.get("below"), int):
                     longest[(str(sc.get("node")), str(r))] = int(v["below"])
     out = []
-    for s in stragglers.get("named") or []:
+    for s in _list(stragglers.named):
         if not isinstance(s, Mapping) or not isinstance(s.get("reports"), int):
             continue
         k = max(int(s["reports"]), longest.get((str(s.get("node")), str(s.get("rank"))), 0))
@@ -258,7 +259,7 @@ def straggler_message(
     job_id: str,
     cycle: int | None,
     slow: list[dict[str, Any]],
-    stragglers: Mapping[str, Any],
+    stragglers: StragglerReport,
     dashboard_url: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The fallback text and Block Kit blocks of a straggler alert."""
@@ -271,7 +272,7 @@ def straggler_message(
             f"{s.get('relative')} (threshold {s.get('threshold')}), individual "
             f"{s.get('individual')}, {s.get('reports')} reports in a row"
         )
-    suspect = stragglers.get("suspect_rank")
+    suspect = stragglers.suspect_rank
     title = _clip(f"Straggler in job {job_id}, cycle {cycle_txt}", 140)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title}},
@@ -355,7 +356,8 @@ class SlackNotifier:
             keys = item.store_keys()
             if item.cycle is not None and recorded(item.job_id, keys[0]):
                 return True
-            if item.kind == "recurring" and recorded(item.job_id, keys[-1]):
+            recurring = item.kind == "recurring" and item.verdict is not None
+            if recurring and recorded(item.job_id, keys[-1]) and item.verdict is not None:
                 if "failure" not in self.config.on:
                     return True
                 item.kind = "failure"
@@ -388,21 +390,26 @@ class SlackNotifier:
         except Exception:  # a notification must never break analysis
             log.exception("slack: could not queue an alert")
 
-    def notify(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> str | None:
-        """Queue an alert for one verdict if it qualifies; return its kind, or None.
-        A straggler alert (its own message) is queued first when it qualifies."""
-        self._notify_straggler(job_id, cycle, verdict)
-        kind = self._kind(verdict)
+    def notify(
+        self, job_id: str, cycle: int | None, verdict: Verdict | Mapping[str, Any]
+    ) -> str | None:
+        """Queue an alert for one verdict (a `Verdict`, or its JSON read back from storage)
+        if it qualifies; return its kind, or None. A straggler alert (its own message) is
+        queued first when it qualifies."""
+        v = _typed(verdict)
+        if v is None:
+            return None  # not a verdict (no STOP/RESTART decision): nothing to alert
+        self._notify_straggler(job_id, cycle, v)
+        kind = self._kind(v)
         if kind is None or self._stopped.is_set():
             return None
-        primary = verdict.get("primary") or {}
         with self._lock:
             state = self._jobs.setdefault(job_id, _JobState())
-            key = (cycle, str(verdict.get("decision")))
+            key = (cycle, str(v.decision))
             if cycle is not None and key in state.sent_cycles:
                 return None  # deduplicated: this cycle's verdict was already alerted
             if kind == "recurring":
-                fp = str(primary.get("fingerprint") or "")
+                fp = str((v.primary.fingerprint if v.primary else None) or "")
                 if fp in state.recurring_fps:
                     if "failure" not in self.config.on:
                         return None
@@ -419,7 +426,7 @@ class SlackNotifier:
         text, blocks = build_message(
             job_id,
             cycle,
-            verdict,
+            v,
             kind=kind,
             dashboard_url=self.config.dashboard_url,
             suppressed=suppressed,
@@ -430,7 +437,7 @@ class SlackNotifier:
             kind=kind,
             text=text,
             blocks=blocks,
-            verdict=dict(verdict),
+            verdict=v,
             suppressed=suppressed,
         )
         return kind if self._enqueue(item) else None
@@ -449,31 +456,29 @@ class SlackNotifier:
             return False
         return True
 
-    def _notify_straggler(self, job_id: str, cycle: int | None, verdict: Mapping[str, Any]) -> bool:
+    def _notify_straggler(self, job_id: str, cycle: int | None, verdict: Verdict) -> bool:
         """Queue a straggler alert when a rank was slow in >= `straggler_reports` reports."""
         need = self.config.straggler_reports
-        slow = slow_ranks(verdict.get("stragglers"), need) if need is not None else []
-        if not slow or self._stopped.is_set():
+        report = verdict.stragglers
+        slow = slow_ranks(report, need) if need is not None else []
+        if report is None or not slow or self._stopped.is_set():
             return False
         with self._lock:
             state = self._jobs.setdefault(job_id, _JobState())
             if cycle in state.straggler_cycles or not self._allow(state):
                 return False
             state.straggler_cycles.add(cycle)
-        text, blocks = straggler_message(
-            job_id, cycle, slow, verdict.get("stragglers") or {}, self.config.dashboard_url
-        )
-        item = _Outgoing(job_id, cycle, "straggler", text, blocks, verdict=dict(verdict))
+        text, blocks = straggler_message(job_id, cycle, slow, report, self.config.dashboard_url)
+        item = _Outgoing(job_id, cycle, "straggler", text, blocks, verdict=verdict)
         return self._enqueue(item)
 
-    def _kind(self, verdict: Mapping[str, Any]) -> str | None:
-        decision = verdict.get("decision")
-        if decision == Decision.STOP:
+    def _kind(self, verdict: Verdict) -> str | None:
+        if verdict.decision == Decision.STOP:
             return "stop"
-        if decision != Decision.RESTART:
+        if verdict.decision != Decision.RESTART:
             return None
-        history = verdict.get("history") or {}
-        if "recurring" in self.config.on and int(history.get("same_root_prior_cycles") or 0) > 0:
+        same_root = verdict.history.same_root_prior_cycles
+        if "recurring" in self.config.on and int(same_root or 0) > 0:
             return "recurring"
         if "failure" in self.config.on:
             return "failure"
@@ -627,3 +632,8 @@ def _retry_after(headers: Mapping[str, Any]) -> float:
             except (TypeError, ValueError):
                 break
     return 1.0
+
+
+def _list(v: Any) -> list[Any]:
+    """A stored list, or [] for anything else (stored JSON may be of any shape)."""
+    return v if isinstance(v, list) else []

@@ -16,6 +16,7 @@ from relaunch.attribution.service.paths import confine
 from relaunch.attribution.service.schemas import Health, LogResult, LogSubmission, SubmitResponse
 from relaunch.attribution.service.state import recommendation
 from relaunch.attribution.service.tracker import TrackedLog
+from relaunch.restart_agent.model import Decision, Verdict
 
 router = APIRouter()
 
@@ -55,7 +56,9 @@ def log_answer(tl: TrackedLog) -> dict[str, Any]:
     if verdict is not None:
         result = dict(verdict)
         result["module"] = "relaunch"
-        result["state"] = "STOP" if verdict.get("decision") == "STOP" else "CONTINUE"
+        typed = Verdict.read(verdict)
+        stop = typed is not None and typed.decision == Decision.STOP
+        result["state"] = "STOP" if stop else "CONTINUE"
     elif tl.error is not None:
         result = {"module": "relaunch", "state": "error", "error": tl.error}
     return {

@@ -31,6 +31,7 @@ from relaunch.attribution.service.schemas import (
 )
 from relaunch.attribution.service.state import ServiceState
 from relaunch.attribution.service.tracker import TrackedLog
+from relaunch.restart_agent.model import Verdict
 
 router = APIRouter(prefix="/v1", tags=["v1"], responses=ERROR_RESPONSES)
 
@@ -152,13 +153,13 @@ async def get_verdict(
 async def get_evidence(job_id: JobId, cycle: CycleNo, st: StateDep) -> dict[str, Any]:
     """The evidence lines of one cycle's verdict (primary first), cascades and FR findings."""
     rec = await asyncio.to_thread(_cycle, st, job_id, cycle)
-    verdict = rec.verdict or {}
+    v = Verdict.read(rec.verdict)  # the stored JSON, read once
     return {
         "job_id": job_id,
         "cycle": cycle,
-        "primary": verdict.get("primary"),
-        "evidence": rec.evidence or verdict.get("evidence") or [],
-        "cascades": verdict.get("cascades") or [],
+        "primary": v.primary.to_dict() if v is not None and v.primary else None,
+        "evidence": rec.evidence or ([e.to_dict() for e in v.evidence] if v else []),
+        "cascades": [c.to_dict() for c in v.cascades] if v is not None else [],
         "fr": rec.fr_findings,
     }
 

@@ -38,6 +38,7 @@ from relaunch.attribution.service.validation import (
     check_job_id,
     default_job_id,
 )
+from relaunch.restart_agent.model import Verdict
 from relaunch.storage import service_queries
 from relaunch.storage.records import as_utc
 
@@ -54,11 +55,13 @@ def recommendation(verdict: dict[str, Any] | None, error: str | None = None) -> 
             "reason": error or "not analysed yet",
             "source": "deterministic",
         }
-    llm = verdict.get("llm") or {}
+    v = Verdict.read(verdict)  # the stored or just-made JSON, read once
+    if v is None:
+        return {"action": "UNKNOWN", "reason": "", "source": "deterministic"}
     return {
-        "action": verdict.get("decision") or "UNKNOWN",
-        "reason": verdict.get("basis") or "",
-        "source": "llm" if llm.get("contributed") else "deterministic",
+        "action": str(v.decision),
+        "reason": v.basis or "",
+        "source": "llm" if v.llm.contributed else "deterministic",
     }
 
 

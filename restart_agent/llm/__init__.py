@@ -21,7 +21,7 @@ from typing import Any
 from relaunch.restart_agent.llm.config import LLMConfig, LLMConfigError
 from relaunch.restart_agent.llm.enrich import enrich
 from relaunch.restart_agent.llm.policy import apply_enrichment, llm_record
-from relaunch.restart_agent.model import PolicyConfig
+from relaunch.restart_agent.model import PolicyConfig, Verdict
 
 __all__ = [
     "LLMConfig",
@@ -46,33 +46,32 @@ def enrich_and_apply(
 
 def format_text(verdict: dict[str, Any]) -> str:
     """Human-readable lines for a verdict's `llm` object (for `relaunch analyze --llm`)."""
-    llm = verdict.get("llm") or {}
-    if not llm or llm.get("status") is None:
+    v = Verdict.read(verdict)  # the JSON form, read once
+    llm = v.llm if v is not None else None
+    if llm is None or llm.status is None:
         return "llm: not run"
-    tokens = llm.get("tokens") or {}
+    tokens = llm.tokens if isinstance(llm.tokens, dict) else {}
     head = (
-        f"llm: {llm.get('model')} {llm.get('latency_ms')} ms, tokens {tokens.get('prompt')}/"
-        f"{tokens.get('completion')}, grounded={'yes' if llm.get('grounded') else 'no'}, "
-        f"contributed={'yes' if llm.get('contributed') else 'no'}"
+        f"llm: {llm.model} {llm.latency_ms} ms, tokens {tokens.get('prompt')}/"
+        f"{tokens.get('completion')}, grounded={'yes' if llm.grounded else 'no'}, "
+        f"contributed={'yes' if llm.contributed else 'no'}"
     )
     lines = [head]
-    if llm.get("error"):
-        lines.append(f"  error: {llm['error']}")
-    if llm.get("contributed"):
-        lines.append(f"  how: {llm.get('how')}")
-    elif llm.get("not_used_because"):
-        lines.append(f"  not used: {llm['not_used_because']}")
-    if llm.get("explanation"):
-        lines.append(f"  explanation: {llm['explanation']}")
-    if llm.get("owner"):
-        lines.append(f"  suggested owner: {llm['owner']}")
-    if llm.get("recovery_outlook"):
+    if llm.error:
+        lines.append(f"  error: {llm.error}")
+    if llm.contributed:
+        lines.append(f"  how: {llm.how}")
+    elif llm.not_used_because:
+        lines.append(f"  not used: {llm.not_used_because}")
+    if llm.explanation:
+        lines.append(f"  explanation: {llm.explanation}")
+    if llm.owner:
+        lines.append(f"  suggested owner: {llm.owner}")
+    if llm.recovery_outlook:
         lines.append(
-            f"  recovery outlook: {llm['recovery_outlook']} — {llm.get('recovery_text') or ''}".rstrip(
-                " —"
-            )
+            f"  recovery outlook: {llm.recovery_outlook} — {llm.recovery_text or ''}".rstrip(" —")
         )
-    for name, cites in (llm.get("citations") or {}).items():
+    for name, cites in (llm.citations if isinstance(llm.citations, dict) else {}).items():
         for c in cites:
             mark = "ok" if c.get("grounded") else f"UNGROUNDED ({c.get('reason')})"
             lines.append(f"  cite {name}: line {c.get('line')} {c.get('quote')!r} [{mark}]")

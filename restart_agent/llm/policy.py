@@ -30,7 +30,14 @@ from typing import Any
 
 import yaml
 
-from relaunch.restart_agent.model import Decision, PolicyConfig, Rule
+from relaunch.restart_agent.model import (
+    CascadeGroup,
+    Decision,
+    Evidence,
+    PolicyConfig,
+    Rule,
+    Verdict,
+)
 
 RULE = Rule.LLM_GROUNDED_WORKLOAD_BUG.value  # plain str: the verdict here is the stored dict
 HOW = "shortened the workload retry budget: STOP now instead of waiting for an identical recurrence"
@@ -113,22 +120,22 @@ def why_not(
         bad = [k for k, ok in (enrichment.get("claims") or {}).items() if not ok]
         return f"answer is not grounded ({', '.join(bad) or 'no claims'})"
     answer = enrichment.get("answer") or {}
-    if verdict.get("decision") != Decision.RESTART:
+    v = Verdict.read(verdict)  # the stored JSON form, read once
+    if v is None or v.decision != Decision.RESTART:
         return "verdict is already STOP"
-    primary = verdict.get("primary") or {}
-    if primary.get("domain") != "workload":
-        return f"primary failure is {primary.get('domain') or 'unknown'}, not a workload bug"
-    if primary.get("recoverability") not in shortenable_recoverability():
-        return (
-            f"recoverability {primary.get('recoverability')!r} has no workload retry budget "
-            "an LLM may shorten"
-        )
+    domain = v.primary.domain if v.primary else None
+    recoverability = v.primary.recoverability if v.primary else None
+    if domain != "workload":
+        return f"primary failure is {domain or 'unknown'}, not a workload bug"
+    if recoverability not in shortenable_recoverability():
+        return f"recoverability {recoverability!r} has no workload retry budget an LLM may shorten"
     rules = shortenable_rules()
-    if rules and verdict.get("rule") not in rules:
-        return f"rule {verdict.get('rule')!r} has no retry budget an LLM may shorten"
-    if _mentions_infrastructure(verdict):
+    rule = str(v.rule) if v.rule else None
+    if rules and rule not in rules:
+        return f"rule {rule!r} has no retry budget an LLM may shorten"
+    if _mentions_infrastructure(v):
         return "evidence points at infrastructure"
-    prior = (verdict.get("history") or {}).get("same_root_prior_cycles") or 0
+    prior = v.history.same_root_prior_cycles or 0
     if prior >= max(1, policy.workload_recurrence_stop):
         return "the recurrence wait is already over"
     if (answer.get("owner") or {}).get("value") != "workload":
@@ -147,19 +154,16 @@ def why_not(
     return None
 
 
-def _mentions_infrastructure(verdict: dict[str, Any]) -> bool:
+def _mentions_infrastructure(verdict: Verdict) -> bool:
     """Infrastructure evidence other than cascades/teardown (which follow any root failure:
     an NCCL watchdog timeout after a rank's ValueError says nothing against the workload)."""
-    items = list(verdict.get("evidence") or []) + list(verdict.get("cascades") or [])
+    items: list[Evidence | CascadeGroup] = [*verdict.evidence, *verdict.cascades]
     if any(
-        isinstance(e, dict)
-        and e.get("domain") == "infrastructure"
-        and e.get("role") not in ("cascade", "teardown")
+        getattr(e, "domain", None) == "infrastructure" and e.role not in ("cascade", "teardown")
         for e in items
     ):
         return True
-    fr = verdict.get("fr") or {}
-    return bool(fr.get("culprit_ranks"))
+    return bool(verdict.fr.culprit_ranks) if verdict.fr is not None else False
 
 
 def apply_enrichment(
