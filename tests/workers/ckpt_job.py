@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint.py under `relaunch run` (2 nodes x 1 rank, gloo).
+"""Worker of tests/checkpoint/test_checkpoint.py under `relaunch run` (2 nodes x 1 rank, gloo).
 
 Cycle 0: save step 1 and wait for it (committed locally, replicated, drained); rank 1
 removes its node's local checkpoint folder (the node is "replaced"); save step 2 and

@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint_replicas.py under `relaunch run` (3 nodes x 1 rank, gloo).
+"""Worker of tests/checkpoint/test_checkpoint_replicas.py under `relaunch run` (3 nodes x 1 rank, gloo).
 
 `replicas=2`, no drain (the persistent tier stays empty, so a restore can only come from
 the local tiers). Cycle 0: save step 1 and wait for it; nodes 1 and 2 remove their local
