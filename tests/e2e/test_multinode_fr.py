@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests._launcher_helpers import engine_available
-from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import free_port, start_nodes, stop_all
 from tests._service_helpers import running_service
 
 NODE_LOG_URL = "/v1/jobs/up/cycles/0/nodes/node1"
@@ -47,21 +47,16 @@ def test_hang_in_collective_verdict_names_rank_from_dumps(tmp_path: Path) -> Non
     nodes: list = []
     with running_service(tmp_path, extra_args=("--node-wait", "60")) as svc:
         try:
-            for i in range(2):
-                nodes.append(
-                    start_node(
-                        tmp_path, f"n{i}", port, "2", group_rank=i, worker=script, job="hang",
-                        log_dir=tmp_path / "logs" / f"n{i}",  # a log dir of its own
-                        extra=(
-                            "--nproc-per-node", "2", "--max-restarts", "0",
-                            "--ft-attribution-endpoint", svc.endpoint,
-                            "--ft-heartbeat-timeout", "4",
-                            "--ft-initial-heartbeat-timeout", "120",
-                        ),
-                    )
-                )  # fmt: skip
-                if i == 0:
-                    wait_listening(port, nodes[0].proc)
+            start_nodes(
+                nodes, tmp_path, port, "2", 2, worker=script, job="hang",
+                log_dir=lambda i: tmp_path / "logs" / f"n{i}",  # a log dir of its own
+                extra=(
+                    "--nproc-per-node", "2", "--max-restarts", "0",
+                    "--ft-attribution-endpoint", svc.endpoint,
+                    "--ft-heartbeat-timeout", "4",
+                    "--ft-initial-heartbeat-timeout", "120",
+                ),
+            )  # fmt: skip
             codes = [n.wait(timeout=400) for n in nodes]
         finally:
             stop_all(nodes)
@@ -180,21 +175,16 @@ def test_collective_timeout_on_one_node_collects_dumps_of_every_node(tmp_path: P
     nodes: list = []
     with running_service(tmp_path, extra_args=("--node-wait", "5")) as svc:
         try:
-            for i in range(2):
-                nodes.append(
-                    start_node(
-                        tmp_path, f"n{i}", port, "2", group_rank=i, worker=script, job="to2",
-                        log_dir=tmp_path / "logs" / f"n{i}",
-                        extra=(
-                            "--nproc-per-node", "2", "--max-restarts", "0",
-                            "--ft-attribution-endpoint", svc.endpoint,
-                            "--ft-heartbeat-timeout", "600",
-                            "--ft-initial-heartbeat-timeout", "600",
-                        ),
-                    )
-                )  # fmt: skip
-                if i == 0:
-                    wait_listening(port, nodes[0].proc)
+            start_nodes(
+                nodes, tmp_path, port, "2", 2, worker=script, job="to2",
+                log_dir=lambda i: tmp_path / "logs" / f"n{i}",
+                extra=(
+                    "--nproc-per-node", "2", "--max-restarts", "0",
+                    "--ft-attribution-endpoint", svc.endpoint,
+                    "--ft-heartbeat-timeout", "600",
+                    "--ft-initial-heartbeat-timeout", "600",
+                ),
+            )  # fmt: skip
             codes = [n.wait(timeout=400) for n in nodes]
         finally:
             stop_all(nodes)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests._launcher_helpers import engine_available
-from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import free_port, start_nodes, stop_all
 
 HELLO = """
 import os
@@ -26,16 +26,11 @@ def test_auto_funnel_writer_started_by_group_rank_0(tmp_path: Path) -> None:
     port = free_port()
     nodes: list = []
     try:
-        for i in range(2):
-            nodes.append(
-                start_node(
-                    tmp_path, f"n{i}", port, "2", group_rank=i, worker=script, job="fun",
-                    log_dir=tmp_path / f"logs{i}",
-                    extra=("--ft-log-funnel", "auto", "--max-restarts", "0"),
-                )
-            )  # fmt: skip
-            if i == 0:
-                wait_listening(port, nodes[0].proc)
+        start_nodes(
+            nodes, tmp_path, port, "2", 2, worker=script, job="fun",
+            log_dir=lambda i: tmp_path / f"logs{i}",
+            extra=("--ft-log-funnel", "auto", "--max-restarts", "0"),
+        )  # fmt: skip
         codes = [n.wait(timeout=240) for n in nodes]
     finally:
         stop_all(nodes)

@@ -24,7 +24,7 @@ import pytest
 
 from relaunch.storage import node_logs, open_repository
 from tests._launcher_helpers import engine_available, relaunch_env
-from tests._rdzv_helpers import free_port, start_node, stop_all, wait_listening
+from tests._rdzv_helpers import free_port, start_node, start_nodes, stop_all
 from tests._service_helpers import running_service
 
 STARTUP_BUG = """
@@ -59,19 +59,14 @@ def test_three_nodes_one_stop_verdict_every_node_exits_3(tmp_path: Path) -> None
     nodes: list = []
     with running_service(tmp_path, extra_args=("--node-wait", "60")) as svc:
         try:
-            for i in range(3):  # node 0 first: it hosts the store
-                nodes.append(
-                    start_node(
-                        tmp_path, f"n{i}", port, "3", group_rank=i, worker=script,
-                        extra=(
-                            "--nproc-per-node", "2", "--max-restarts", "5",
-                            "--ft-attribution-endpoint", svc.endpoint,
-                            "--ft-attribution-stop-action", "no-restart",
-                        ),
-                    )
-                )  # fmt: skip
-                if i == 0:
-                    wait_listening(port, nodes[0].proc)
+            start_nodes(  # node 0 first: it hosts the store
+                nodes, tmp_path, port, "3", 3, worker=script,
+                extra=(
+                    "--nproc-per-node", "2", "--max-restarts", "5",
+                    "--ft-attribution-endpoint", svc.endpoint,
+                    "--ft-attribution-stop-action", "no-restart",
+                ),
+            )  # fmt: skip
             codes = [n.wait(timeout=400) for n in nodes]
         finally:
             stop_all(nodes)

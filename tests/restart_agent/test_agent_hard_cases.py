@@ -1,5 +1,8 @@
-"""The findings of the restart agent's review (notes: review FINDINGS 1-10), each as a
-failing-first test: through `decide`/`scan` (`run_job` stores every verdict as JSON and
+"""Hard cases of the verdict, one group per case (`test_fN_*`, the numbering of the review
+that found them: FINDINGS 1-10): secondary counters and epoch bars vs training progress,
+Slurm step teardown, environment failures at startup, unknown progress formats, blame of a
+silent rank over cascades, never staying unknown forever, third-party imports, absurd
+numbers, huge worlds, checkpoint-load and empty-log edges. Each is a failing-first test: through `decide`/`scan` (`run_job` stores every verdict as JSON and
 reads it back, as the service does) and, for multi-cycle histories, through the real
 `relaunch analyze --db` CLI against a SQLite file."""
 
