@@ -121,7 +121,7 @@ def store_ops_per_s(clients: int = 8, seconds: float = 3.0) -> float:
     return total / seconds
 
 
-# Store operations per node per round, from tests/test_rdzv_ops.py (the counting proxy):
+# Store operations per node per round, from tests/launcher/rdzv/test_rdzv_ops.py (the counting proxy):
 # a node's join and wake-up, the closer's extra work, all independent of N.
 OPS_JOIN = {"first": 9, "restart": 11}
 OPS_CLOSER = {"first": 15, "restart": 22}

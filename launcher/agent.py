@@ -76,7 +76,7 @@ EXIT_RENDEZVOUS = ExitCode.RENDEZVOUS
 EXIT_NO_PROGRESS = ExitCode.NO_PROGRESS
 NO_PROGRESS_CLOSE = "no_progress"  # the rendezvous's closed value for a progress-guard end
 # relaunch.checkpoint.ENV_RESUME, spelled again: that module imports torch's DCP, which the
-# launcher does not need (tests/test_checkpoint.py checks the two agree)
+# launcher does not need (tests/checkpoint/test_checkpoint.py checks the two agree)
 ENV_RESUME = "RELAUNCH_RESUME_CHECKPOINT"
 
 EMBEDDED_MULTINODE = (

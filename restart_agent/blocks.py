@@ -25,7 +25,7 @@ for the rank prefix of the frame lines, which is read from the real head:
 
 Anything else (a frame line with a trigger, a mixed or refused run, a long block) is left
 to the scanner's general path, which gives the same result line by line
-(`tests/test_agent_speed.py` compares them).
+(`tests/restart_agent/test_agent_speed.py` compares them).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ r"""Caches for the per-line work of `LineInterpreter` (restart_agent.lines).
   `0x`). That is exact: the masks of `fingerprint.normalize` treat digits alike (`\d`,
   `\w`, `[0-9a-f]`; the only literal digit is the 0 of `\b0x`, which cannot match without
   a `0x` in the message) and every digit ends inside a masked token, so the normalised
-  text stays the same (`tests/test_agent_speed.py` checks it). The same
+  text stays the same (`tests/restart_agent/test_agent_speed.py` checks it). The same
   message from 1,024 ranks with different numbers is normalised once.
 
 Both caches are bounded: when full they start afresh.

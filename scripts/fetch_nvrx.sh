@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch NVRx 0.7.0 (nvidia-resiliency-ext) for the drop-in tests (tests/test_nvrx_*.py).
+# Fetch NVRx 0.7.0 (nvidia-resiliency-ext) for the drop-in tests (tests/launcher/test_nvrx_*.py).
 # Its wheels are for CPython 3.12; its client and launcher modules are pure Python and import
 # under this venv's Python once psutil and defusedxml are present. The wheel lands in
 # .cache/nvrx/ (the tests unpack it; nothing is installed from it); the two small dependencies

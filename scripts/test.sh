@@ -7,10 +7,10 @@ bash scripts/setup.sh --test
 VENV="${RELAUNCH_VENV:-.venv}"
 export PATH="$PWD/$VENV/bin:$PATH"
 
-# NVRx 0.7.0's real client for the drop-in tests (tests/test_nvrx_*.py), from the package
+# NVRx 0.7.0's real client for the drop-in tests (tests/launcher/test_nvrx_*.py), from the package
 # index like every other install; without it those tests skip and say so.
 if [[ ! -f .cache/nvrx/nvidia_resiliency_ext-0.7.0-cp312-cp312-manylinux_2_39_x86_64.whl ]]; then
-  bash scripts/fetch_nvrx.sh || echo "test.sh: NVRx wheel not fetched: tests/test_nvrx_*.py will skip"
+  bash scripts/fetch_nvrx.sh || echo "test.sh: NVRx wheel not fetched: tests/launcher/test_nvrx_*.py will skip"
 fi
 
 # PostgreSQL on loopback for the storage tests (skipped with a reason when absent).

@@ -126,11 +126,15 @@ def start_nodes(
     *,
     env: Callable[[int], dict[str, str]] | dict[str, str] | None = None,
     extra: Callable[[int], tuple[str, ...]] | tuple[str, ...] = (),
+    log_dir: Callable[[int], Path] | Path | None = None,
+    job: str = "rz",
+    worker: Path = RDZV_WORKER,
 ) -> None:
     """Start nodes n0..n{count-1} with infra group ranks 0..count-1: n0 first (it hosts the
     store), the others once it listens. Each is appended to `nodes` as it starts, so the
     caller's `stop_all(nodes)` in a `finally` sees every launcher even if a start fails.
-    `env` / `extra` are the same for every node or a function of the node's index."""
+    `env` / `extra` / `log_dir` are the same for every node or a function of the node's
+    index; `job` and `worker` go to every node (see `start_node`)."""
     for i in range(count):
         node = start_node(
             tmp_path,
@@ -140,6 +144,9 @@ def start_nodes(
             group_rank=i,
             env=env(i) if callable(env) else env,
             extra=extra(i) if callable(extra) else extra,
+            log_dir=log_dir(i) if callable(log_dir) else log_dir,
+            job=job,
+            worker=worker,
         )
         nodes.append(node)
         if i == 0:

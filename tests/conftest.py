@@ -1,4 +1,10 @@
-"""The fixtures shared by the test modules, defined once (pytest finds them here).
+"""The fixtures shared by the test folders, defined once (pytest finds them here).
+
+The tests are grouped by the package they test, one folder each (docs/TESTS.md; each
+folder's conftest.py says what it covers). Every fixture below stays here because more than
+one folder uses it; a fixture only one folder uses belongs in that folder's conftest.py.
+Shared helper modules (tests/_*.py), worker scripts (tests/workers/) and data
+(tests/fixtures/) stay at tests/ root for the same reason.
 
 - `service_factory`: start real `relaunch serve` processes (tests/_service_helpers.py).
 - `db_url`: a history database URL, once SQLite in tmp_path and once PostgreSQL

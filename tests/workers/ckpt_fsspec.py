@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint_fsspec.py: one rank (gloo) with an fsspec persistent tier.
+"""Worker of tests/checkpoint/test_checkpoint_fsspec.py: one rank (gloo) with an fsspec persistent tier.
 
 `--mode file`: the persistent tier is a `file://` URL and there is no local tier, so DCP's
 background writer process writes through `FsspecWriter` and the commit runs through

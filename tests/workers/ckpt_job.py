@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint.py under `relaunch run` (2 nodes x 1 rank, gloo).
+"""Worker of tests/checkpoint/test_checkpoint.py under `relaunch run` (2 nodes x 1 rank, gloo).
 
 Cycle 0: save step 1 and wait for it (committed locally, replicated, drained); rank 1
 removes its node's local checkpoint folder (the node is "replaced"); save step 2 and
@@ -11,12 +11,10 @@ Values are a function of the step, so a restore is checked by content.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -24,26 +22,16 @@ from torch.distributed.checkpoint import _async_process_executor as ape
 
 from relaunch.checkpoint import CheckpointError, CheckpointManager, latest_complete
 from relaunch.client import report_progress
+from tests.workers import ckpt_common
 
 
 def state(step: float, rank: int) -> dict[str, torch.Tensor]:
-    # "w" is replicated (the same on every rank: DCP writes it once), "r<rank>" is per rank
-    return {
-        "w": torch.full((64, 1024), float(step)),
-        f"r{rank}": torch.full((16, 1024), float(step) * 10 + rank),
-    }
+    return ckpt_common.state(step, rank, w=(64, 1024), r=(16, 1024))
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--root", required=True)
-    a = p.parse_args()
-    root = Path(a.root)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    cycle = int(os.environ.get("RELAUNCH_CYCLE", "0"))
-    node = int(os.environ["GROUP_RANK"])
-    local = root / f"node{node}"
+    me = ckpt_common.start()
+    root, rank, cycle, local = me.root, me.rank, me.cycle, me.local
     fin = root / "finalized.txt"
 
     def on_finalize(info: object) -> None:

@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint_replicas.py under `relaunch run` (3 nodes x 1 rank, gloo).
+"""Worker of tests/checkpoint/test_checkpoint_replicas.py under `relaunch run` (3 nodes x 1 rank, gloo).
 
 `replicas=2`, no drain (the persistent tier stays empty, so a restore can only come from
 the local tiers). Cycle 0: save step 1 and wait for it; nodes 1 and 2 remove their local
@@ -9,35 +9,23 @@ theirs from it. With one replica node 1's shard would have been only on node 2.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from relaunch.checkpoint import CheckpointManager
+from tests.workers import ckpt_common
 
 
 def state(step: float, rank: int) -> dict[str, torch.Tensor]:
-    return {
-        "w": torch.full((64, 256), float(step)),
-        f"r{rank}": torch.full((32, 256), float(step) * 10 + rank),
-    }
+    return ckpt_common.state(step, rank, w=(64, 256), r=(32, 256))
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--root", required=True)
-    a = p.parse_args()
-    root = Path(a.root)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    cycle = int(os.environ.get("RELAUNCH_CYCLE", "0"))
-    node = int(os.environ["GROUP_RANK"])
-    local = root / f"node{node}"
+    me = ckpt_common.start()
+    root, rank, cycle, node, local = me.root, me.rank, me.cycle, me.node, me.local
     mgr = CheckpointManager(root / "persistent", local_dir=local, replicas=2, drain=False)
     sd = state(-1, rank)
     info = mgr.load_latest(sd)

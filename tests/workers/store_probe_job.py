@@ -1,4 +1,4 @@
-"""A worker that checks where its torch.distributed store lives (tests/test_worker_store.py).
+"""A worker that checks where its torch.distributed store lives (tests/launcher/rdzv/test_worker_store.py).
 
 Before `init_process_group`, rank 0 connects to MASTER_ADDR:MASTER_PORT: the launcher must
 already be listening there (it hosts the store; rank 0 no longer binds it). Every rank
