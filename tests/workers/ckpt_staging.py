@@ -1,4 +1,4 @@
-"""Worker of tests/test_checkpoint_staging.py: one rank (gloo, real DCP) and async staging.
+"""Worker of tests/checkpoint/test_checkpoint_staging.py: one rank (gloo, real DCP) and async staging.
 
 Each case makes the staging of a save still in flight when the state is changed, without
 relying on timing: a task submitted first to the stager's one staging thread holds it, so

@@ -40,7 +40,7 @@ from relaunch.restart_agent.model import (
 from relaunch.restart_agent.policy import decide
 from relaunch.restart_agent.scanner import scan_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "verdicts" / "main_f030448.json"
 PARTS = ("history", "budgets", "fan_out", "fr", "llm", "scan", "stragglers")
 
