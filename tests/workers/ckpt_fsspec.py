@@ -10,11 +10,8 @@ Prints one JSON object of what it saw on its last line.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from relaunch.checkpoint import (
     latest_complete,
     load,
 )
+from tests.workers.ckpt_common import start_alone
 
 
 def state(step: float) -> dict[str, torch.Tensor]:
@@ -64,11 +62,7 @@ def main() -> int:
     p.add_argument("--mode", choices=("file", "memory"), required=True)
     p.add_argument("--root", required=True)
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    start_alone()
     root = Path(a.root)
     out: dict[str, Any] = {}
     try:

@@ -18,10 +18,7 @@ Prints one JSON object of what it saw on its last line.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from relaunch.checkpoint import CheckpointError, CheckpointManager, load
+from tests.workers.ckpt_common import start_alone
 
 
 def _hold(mgr: CheckpointManager) -> threading.Event:
@@ -61,11 +59,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    start_alone()
     root = Path(a.root)
     out: dict[str, Any] = {}
     torch.manual_seed(0)
