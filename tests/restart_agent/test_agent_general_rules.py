@@ -503,7 +503,8 @@ def test_a_ray_task_error_wrapping_a_programming_error_is_the_task_codes_bug() -
     )
     f, s, primary = _decisions(log)
     assert (f, s) == ("RESTART", "STOP"), primary
-    assert primary.pattern_id == "ray.task_error_programming_error"
+    assert primary.pattern_id == "ray.task_error_attribute_error"
+    assert primary.failure_class == "python_attribute_error"
 
 
 def test_a_ray_task_error_wrapping_a_runtime_error_with_infrastructure_words_restarts() -> None:
