@@ -669,3 +669,22 @@ def test_ddp_model_that_differs_between_ranks_is_a_workload_bug() -> None:
     first, second, primary = _decisions(text)
     assert (first, second) == ("RESTART", "STOP")
     assert primary.failure_class == "ddp_model_mismatch" and primary.rank == 2, primary
+
+
+def test_xmp_spawn_names_the_process_whose_traceback_follows() -> None:
+    text = (
+        "Exception in device=TPU:3:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.8/dist-packages/torch_xla/distributed/'
+        'xla_multiprocessing.py", line 231, in _start_fn\n'
+        "    fn(gindex, *args)\n"
+        '  File "/content/app/train.py", line 112, in init\n'
+        "    assert world_size == args.world_size\n"
+        "AssertionError\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "STOP")
+    assert primary.rank == 3 and primary.rank_source == "spawn", primary
+    # two processes raising: no single failed process, no rank guessed
+    two = text + text.replace("device=TPU:3", "device=TPU:5")
+    assert _decisions(two)[2].rank is None
