@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relaunch.launcher.heartbeat_message import NOT_SAID, HeartbeatMessage
-from relaunch.launcher.heartbeat_message import clean_message as clean_message
 from relaunch.launcher.nvrx_monitor import ENV_NVRX_SOCKET, NvrxMonitorServer
 
 ENV_SOCKET = "RELAUNCH_FT_SOCKET"

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from relaunch.launcher import facts as launcher_facts
-from relaunch.launcher.heartbeat import HeartbeatServer, RankMonitor, clean_message
+from relaunch.launcher.heartbeat import HeartbeatServer, RankMonitor
+from relaunch.launcher.heartbeat_message import clean_message
 from relaunch.restart_agent.facts import FactCollector, verified, verifying
 from tests._launcher_helpers import REPO, engine_available, job_args, read_log, run_relaunch
 

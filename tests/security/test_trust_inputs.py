@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from relaunch.launcher import facts as launcher_facts
-from relaunch.launcher.heartbeat import clean_message
+from relaunch.launcher.heartbeat_message import clean_message
 from relaunch.restart_agent import safe_files
 from relaunch.restart_agent.facts import FactCollector, verifying
 from tests._launcher_helpers import relaunch_env
