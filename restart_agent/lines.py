@@ -75,6 +75,11 @@ MAX_HEAD = 256  # longer heads are not remembered (bounds the memory)
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?')
 # where a rank-prefixed line starts inside a physical line (line breaks lost in a paste)
 _FLATTENED = re.compile(r"(?<=\S) +(?=\[rank\d{1,7}\]: )")
+# where a traceback's next line starts inside one physical line: its frames and its
+# exception line (`TypeError: ...`, `pkg.SomeError: ...`)
+_FLAT_TRACEBACK = re.compile(
+    r'(?<=\S) +(?=File "|(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): )'
+)
 _MESSAGE_RANK = MESSAGE_RANK
 _SRUN_TASK = SRUN_TASK
 _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/torch/|/usr/lib/")
@@ -366,6 +371,16 @@ class LineInterpreter:
             for part in parts:
                 self._text(part, lineno, None)
             return
+        if _TRACEBACK in text and 'File "' in text:
+            # a whole traceback on one line (`Traceback (most recent call last): File "a.py",
+            # line 3, in f ... TypeError: x`): read as its lines, each behind the line's prefix
+            split = split_prefix(text)
+            lead = text[: len(text) - len(split.body)]
+            parts = _FLAT_TRACEBACK.split(split.body)
+            if len(parts) > 2:
+                for part in parts:
+                    self._text(lead + part, lineno, None)
+                return
         self._text(text, lineno, hints)
 
     def _text(self, text: str, lineno: int, hints: set[str] | frozenset[str] | None) -> None:
@@ -455,7 +470,8 @@ class LineInterpreter:
         if got is _Miss.MISS:
             split = split_prefix(text)
             start = len(text) - len(split.body)
-            got = None if split.launcher or start > p else (split.rank, start)
+            # a generic lead's end may depend on the text after the head: not remembered
+            got = None if split.launcher or split.generic or start > p else (split.rank, start)
             if len(self._splits) >= MAX_HEADS:
                 self._splits.clear()
             self._splits[head] = got

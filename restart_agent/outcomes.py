@@ -34,7 +34,9 @@ from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.prefixes import (
     _LAUNCHER,
     _LAUNCHER_RANK,
+    _NOT_LEAD,
     _PREFIX,
+    _PY_BODY,
     _STREAM,
     _TORCH,
     bounded_int,
@@ -120,6 +122,8 @@ def _blind(items: Any) -> bool:  # sre parse items
 # the regexes of line() besides the rows'; a test checks they stay blind
 LINE_REGEXES = (
     _PREFIX,
+    _PY_BODY,
+    _NOT_LEAD,
     _STREAM,
     _TORCH,
     _LAUNCHER,

@@ -26,6 +26,23 @@ Understood (at the start of a line):
   quoted inside a message such as `RuntimeError: failed on [rank3]: x` is no prefix: the
   message stays the body)
 
+- Horovod's `[3]<stderr>:` (horovodrun with its gloo controller) and SageMaker's MPI tag
+  `[1,mpirank:3,algo-1]<stderr>:`: the rank is the one in the tag
+- any other LEAD before a line that starts with a fixed token (generic lead): a log
+  collector's, a logger's, a shell's or a paste's text in front of `Traceback (most recent
+  call last):`, a `File "` frame, an exception line (`TypeError: ...`, `pkg.SomeError: ...`,
+  a bare `KeyboardInterrupt`), a C++ exception's `what():` line, mp.spawn's `-- Process N
+  terminated with` / xmp.spawn's `Exception in device=` header, or a torch rank prefix.
+  Such leads: containerd/CRI's `2024-03-01T10:00:00.123Z stderr F `, `kubectl logs
+  --prefix`'s `[pod/x/c] `, pdsh's `worker-1: `, `ERROR:root:`, a pasted line number
+  `  18 `, a quote `> `, a Ray tag still wrapped in colour codes. The lead is at most
+  `MAX_LEAD` characters, ends with a blank or one of `]):>|-`, and says neither `Error`,
+  `Exception`, `Traceback`, `File "` nor a quote (so a message that names an exception,
+  `RuntimeError: Caught ValueError: x`, keeps its first name); a torch rank prefix right
+  after it is read as above. A lead names no rank: a host, a pod or a line number is not
+  one. Only those fixed-token lines are looked for behind such a lead, so a line whose
+  meaning needs its lead (a host named in an NCCL line) is matched as before.
+
 Rank numbers are bounded: more than 8 digits (e.g. a 2^64 `N: ` label) is no prefix at all,
 never an exception.
 
@@ -40,8 +57,10 @@ import re
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
-    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|rank: ?)(?P<r5>\d{1,8})\] )"
+    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|rank: ?)(?P<r5>\d{1,8})\] "
+    r"|\[(?P<r6>\d{1,8})\]<std(?:out|err)>:|\[\d{1,8},mpirank:(?P<r7>\d{1,8}),[^\]\n]{0,80}\]<std(?:out|err)>:)"
 )
+_GROUPS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7")
 _STREAM = re.compile(r"^\[(?:stdout|stderr)\]")
 # docker compose's `<service>-<n>   | ` tag (a name that starts with a letter: a loguru
 # `2024-01-01 10:00:00 | ERROR | ...` line starts with a digit and keeps its text)
@@ -58,6 +77,17 @@ _TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[rank=(?P<r2>\d{1,
 _LEAD_WORDS = ("[rank", "[default")
 _LEAD_ENDS = " \t])\"'"
 MAX_LEAD = 160  # characters of timestamp / logger / worker tag before a lead rank prefix
+# Where a Python traceback line (or torch's rank prefix) starts behind a generic lead: the
+# header, a frame, an exception name followed by ": " or ending the line
+_PY_BODY = re.compile(
+    r'Traceback \(most recent call last\):|File "|\[(?:rank ?|default)\d{1,8}\]:'
+    r"|(?<![\w.])(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception)(?=: |$)"
+    r"|KeyboardInterrupt$|what\(\): |-- Process \d{1,8} terminated with|Exception in device="
+)
+# what a generic lead never says (it would be a message naming an exception, not a lead)
+_NOT_LEAD = re.compile(r'Error|Exception|Traceback|File "|["\']')
+_GENERIC_LEAD_ENDS = " \t]):>|-"
+_LEAD_WINDOW = MAX_LEAD + 120  # characters searched for the line behind a generic lead
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
 # (head, tail, full regex) with the rank digits between head and tail.
@@ -70,6 +100,8 @@ RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
         (rb"\n *", rb": "),
         (rb"\n[Rr]ank ", rb": "),
         (rb"\n\[(?:Rank ?|rank: ?)", rb"\] "),
+        (rb"\n\[", rb"\]<std(?:out|err)>:"),
+        (rb"\n\[\d{1,8},mpirank:", rb",[^\]\n]{0,80}\]<std(?:out|err)>:"),
     )
 )
 
@@ -80,6 +112,7 @@ class Split:
     body: str
     launcher: bool
     rank_at: int = -1  # where the rank's digits start in the line (-1: no rank)
+    generic: bool = False  # the body starts behind a generic lead (see the module docstring)
 
 
 def _one(line: str) -> tuple[int, str, bool, int] | None:
@@ -88,7 +121,7 @@ def _one(line: str) -> tuple[int, str, bool, int] | None:
     m = _PREFIX.match(line)
     if m is None:
         return None
-    group = next(g for g in ("r1", "r2", "r3", "r4", "r5") if m.group(g))
+    group = next(g for g in _GROUPS if m.group(g))
     rank = int(m.group(group))
     body = line[m.end() :]
     if body.startswith(" "):
@@ -156,7 +189,33 @@ def split_prefix(line: str) -> Split:
         if rm is None:
             return Split(None, line.lstrip(), True)
         return Split(int(rm.group(1)), line.lstrip(), True, at + rm.start(1))
+    start = _generic_lead(line)
+    if start:
+        body = line[start:]
+        inner = _one(body)
+        if inner is not None and inner[2]:  # torch's own rank prefix behind the lead
+            return Split(inner[0], inner[1], False, at + start + inner[3], True)
+        return Split(None, body, False, -1, True)
     return Split(None, line, False)
+
+
+def _generic_lead(line: str) -> int:
+    """Where a Python traceback line starts behind a generic lead (see the module
+    docstring); 0 where there is none (the line starts with it, or no such line is there,
+    or the text before it is no lead)."""
+    head = line[:_LEAD_WINDOW]
+    m = _PY_BODY.search(head)
+    if m is not None and m.end() == len(head) < len(line):  # `$` at the window's end only
+        m = _PY_BODY.match(line, m.start())
+    if m is None:
+        return 0
+    p = m.start()
+    if p == 0 or p > MAX_LEAD or line[p - 1] not in _GENERIC_LEAD_ENDS:
+        return 0
+    lead = line[:p]
+    if not lead.strip() or _NOT_LEAD.search(lead):
+        return 0
+    return p
 
 
 def bounded_int(text: str | None, digits: int = MAX_RANK_DIGITS) -> int | None:

@@ -115,4 +115,73 @@ def test_rank_prefix_behind_a_timestamp_or_logger_lead(lead: str) -> None:
 )
 def test_no_lead_rank_prefix_where_it_is_not_one(line: str) -> None:
     split = split_prefix(line)
-    assert split.rank is None and split.body == line
+    # (the last one's text before `RuntimeError` is a generic lead: it names no rank)
+    assert split.rank is None and split.body in (line, "RuntimeError: boom")
+
+
+# A TypeError traceback from the user's own code, as every layout below carries it.
+TRACEBACK = (
+    "Traceback (most recent call last):",
+    '  File "/home/u/proj/train.py", line 120, in <module>',
+    "    main()",
+    '  File "/home/u/proj/model.py", line 42, in forward',
+    "    x = self.embed(ids) + self.pos",
+    "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'",
+)
+
+
+@pytest.mark.parametrize(
+    ("lead", "rank"),
+    [
+        ("2024-03-01T10:00:00.123456789Z stderr F ", None),  # containerd / CRI log file
+        ("2024-03-01T10:00:00.1234567Z ", None),  # kubectl --timestamps, CI runners
+        ("[pod/job-worker-0/pytorch] ", None),  # kubectl logs --prefix
+        ("worker-1: ", None),  # pdsh (DeepSpeed's multi-node runner): a host, not a rank
+        ("10.0.0.3: ", None),
+        ("trainer/0 [3]:", None),  # torchx: role/replica, not a global rank
+        (" 18 ", None),  # a line number pasted with the log
+        ("> ", None),  # a quoted paste
+        ("ERROR:root:", None),  # logging's default format
+        ("2024-01-01 10:00:00.000 | ERROR    | __main__:main:12 - ", None),  # loguru
+        ("[36m(RayTrainWorker pid=7)[0m ", None),  # Ray's colour codes, escape lost
+        ("[3]<stderr>:", 3),  # horovodrun (gloo controller)
+        ("[1,mpirank:3,algo-1]<stderr>:", 3),  # SageMaker's MPI tag
+        ("worker-1: [rank5]: ", 5),  # pdsh around torch's own prefix
+    ],
+)
+def test_traceback_behind_any_lead_is_read(lead: str, rank: int | None) -> None:
+    """A collector's, logger's or paste's lead before every line hides nothing: the
+    exception is read (workload, STOP at an identical second startup cycle) and a rank is
+    named only where the lead is a rank tag."""
+    ev = scan_text("".join(f"{lead}{line}\n" for line in TRACEBACK))
+    assert ev.primary is not None and ev.primary.failure_class == "python_type_error"
+    assert ev.primary.rank == rank
+    assert ev.primary.user_frame == "/home/u/proj/model.py:42"  # the frames were read too
+
+
+def test_traceback_on_one_line_is_read_as_its_lines() -> None:
+    """A paste that lost its line breaks (the whole traceback on one physical line, behind
+    the line's own prefix) is read as the lines it was; the rank prefix applies to all."""
+    for prefix, rank in (("", None), ("[rank2]: ", 2), ("worker-1: ", None)):
+        ev = scan_text(prefix + " ".join(TRACEBACK) + "\n")
+        assert ev.primary is not None, prefix
+        assert (ev.primary.failure_class, ev.primary.rank) == ("python_type_error", rank)
+        assert ev.primary.text.startswith("TypeError: unsupported operand")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: Caught ValueError in DataLoader worker process 0.",  # starts with it
+        "RuntimeError: failed: ValueError: x",  # a message naming another exception
+        "    except KeyError:",  # a code line of a traceback
+        '    raise ValueError("bad value")',
+        'msg = "see TypeError: x"',  # a quote in the lead: a message, not a lead
+        "x" * 170 + " TypeError: boom",  # lead longer than MAX_LEAD
+        "abcTypeError: boom",  # glued to a word
+        "INFO step 10 loss=nan",  # nothing to read behind it
+    ],
+)
+def test_no_generic_lead_where_there_is_none(line: str) -> None:
+    split = split_prefix(line)
+    assert split.rank is None and not split.generic and split.body == line

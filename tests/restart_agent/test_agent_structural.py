@@ -60,6 +60,12 @@ UNKNOWN_INFRASTRUCTURE = {
     "remote_io_errno": _tb([USER], "OSError: [Errno 121] Remote I/O error"),
     "busy_device": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n",
     "bare_unknown_exception": "[rank0]: RuntimeError: something odd happened in the reader\n",
+    # a runtime's canonical status code for a fault that is not the program's (absl / gRPC),
+    # raised through a library's Python frame (which alone would lean workload)
+    "runtime_status_unknown": _tb(
+        [USER, ("/opt/venv/lib/python3.10/site-packages/torch_xla/core/xla_model.py", "devs")],
+        "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed",
+    ),
 }
 
 # exceptions no specific row names whose structure leans workload: STOP at the 2nd cycle
