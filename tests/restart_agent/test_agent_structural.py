@@ -66,6 +66,18 @@ UNKNOWN_INFRASTRUCTURE = {
         [USER, ("/opt/venv/lib/python3.10/site-packages/torch_xla/core/xla_model.py", "devs")],
         "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed",
     ),
+    # the node's shared memory / open-file limit, raised through the DataLoader's Python
+    "shared_memory_object": _tb(
+        [USER, NN],
+        "RuntimeError: unable to open shared memory object </torch_123_456> in read-write "
+        "mode: Too many open files (24)",
+    ),
+    # torch's internal assert on an NVML call, its C++ position in the `"x.cpp":N` form
+    "nvml_internal_assert": _tb(
+        [USER, NN],
+        'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/'
+        'CUDACachingAllocator.cpp":830, please report a bug to PyTorch.',
+    ),
 }
 
 # exceptions no specific row names whose structure leans workload: STOP at the 2nd cycle
