@@ -72,6 +72,11 @@ UNKNOWN_INFRASTRUCTURE = {
         "RuntimeError: unable to open shared memory object </torch_123_456> in read-write "
         "mode: Too many open files (24)",
     ),
+    # a kernel's illegal instruction: a miscompiled kernel or a failing GPU (as an illegal
+    # memory access), so `unknown`
+    "illegal_instruction": _tb(
+        [USER, NN], "RuntimeError: CUDA error: an illegal instruction was encountered"
+    ),
     # torch's internal assert on an NVML call, its C++ position in the `"x.cpp":N` form
     "nvml_internal_assert": _tb(
         [USER, NN],
