@@ -74,6 +74,8 @@ def _reading(raw: bytes, d: DialectRow, m: re.Match[bytes]) -> tuple[int | None,
         it = epoch * total + it
         if it > MAX_ITERATION:
             return None, None
+    if it == 0 and d.skip_start and g.get("total"):
+        return None, None  # a bar at its start (`0/375`, epoch 0): no step was taken yet
     path = g["path"].decode("utf-8", "replace") if g.get("path") else None
     return it, path
 

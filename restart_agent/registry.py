@@ -81,6 +81,7 @@ class DialectRow:
     # (from the line start or the last '\r' before it, to the match's end)
     exclude: re.Pattern[bytes] | None = None
     skip_complete: bool = False  # a bar at its end (it == total) is no progress
+    skip_start: bool = False  # a bar at its start (0 of its total, in epoch 0) is no progress
     min_it: int = 0  # a match with a smaller number is no progress
     scale: int = 1  # `it` (with its decimals, group `frac`) times this is the iteration
     not_examples: tuple[str, ...] = ()  # lines this dialect must not read
@@ -427,6 +428,7 @@ def _dialect_rows(path: Path, data: dict[str, Any]) -> list[DialectRow]:
                 examples=tuple(str(e) for e in raw.get("examples") or ()),
                 exclude=exclude,
                 skip_complete=bool(raw.get("skip_complete", False)),
+                skip_start=bool(raw.get("skip_start", False)),
                 min_it=min_it,
                 scale=scale,
                 not_examples=tuple(str(e) for e in raw.get("not_examples") or ()),

@@ -688,3 +688,55 @@ def test_xmp_spawn_names_the_process_whose_traceback_follows() -> None:
     # two processes raising: no single failed process, no rank guessed
     two = text + text.replace("device=TPU:3", "device=TPU:5")
     assert _decisions(two)[2].rank is None
+
+
+# ------------------------------------------------ written before holdout8 (issue 24, blind)
+STARTUP_OOM = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/train.py", line 88, in train\n'
+    "    loss.backward()\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a"
+    " total capacity of 79.15 GiB of which 1.20 GiB is free.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "  0%|          | 0/375 [00:00<?, ?it/s]\n",  # HF Trainer's bar, drawn before step 1
+        "Epoch 0:   0%|          | 0/250 [00:00<?, ?it/s]\n",  # Lightning, epoch 0 at 0
+        "Sanity Checking DataLoader 0:  50%|█████     | 1/2 [00:01<00:01,  0.80it/s]\n",
+        "Epoch 1/10\n",  # Keras' (and many loops') header before the first epoch's first step
+        "Train: 0 [   0/1251 (  0%)]  Loss: 6.9301 (6.9301)  Time: 5.120s\n",  # timm, batch 0
+    ],
+)
+def test_a_bar_or_header_drawn_before_the_first_step_is_not_progress(before: str) -> None:
+    first, second, primary = _decisions(before + STARTUP_OOM)
+    assert (first, second) == ("RESTART", "STOP"), primary
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        " 12%|█▏        | 45/375 [01:10<08:30,  1.55s/it]\n",
+        "Epoch 3:   0%|          | 0/250 [00:00<?, ?it/s]\n",  # three epochs were done
+        "2024-03-01 10:00:00,000 - mmdet - INFO - Epoch [1][50/1000]\tlr: 1.000e-02, loss: 1.23\n",
+        "03/01 10:00:00 - mmengine - INFO - Iter(train) [  50/80000]  lr: 1.0000e-02\n",
+        "[03/01 10:00:00 d2.utils.events]:  eta: 1 day, 2:00:00  iter: 19  total_loss: 2.345\n",
+        "Epoch 2/10\n",  # the first epoch is done
+    ],
+)
+def test_a_step_taken_is_progress_so_the_oom_stays_retryable(before: str) -> None:
+    assert _decisions(before + STARTUP_OOM)[:2] == ("RESTART", "RESTART")
+
+
+def test_a_runtime_status_code_of_a_fault_is_no_workload_lean() -> None:
+    # torch_xla's TPU runtime, raised through its Python (a library frame alone leans
+    # workload): the absl status UNKNOWN names no program fault, so no STOP on the recurrence
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.10/site-packages/torch_xla/core/xla_model.py", line 88, in'
+        " get_xla_supported_devices\n"
+        "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization\n"  # (cut there)
+    )
+    assert _decisions(text)[:2] == ("RESTART", "RESTART")

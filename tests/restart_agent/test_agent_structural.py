@@ -64,7 +64,7 @@ UNKNOWN_INFRASTRUCTURE = {
     # raised through a library's Python frame (which alone would lean workload)
     "runtime_status_unknown": _tb(
         [USER, ("/opt/venv/lib/python3.10/site-packages/torch_xla/core/xla_model.py", "devs")],
-        "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed",
+        "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization",
     ),
     # the node's shared memory / open-file limit, raised through the DataLoader's Python
     "shared_memory_object": _tb(
