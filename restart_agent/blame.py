@@ -242,6 +242,11 @@ def _rank_from_peers(e: Evidence, evidence: CycleEvidence) -> tuple[int, str] | 
     return None
 
 
+def _cut_root_cause(x: ProcessExit) -> bool:
+    """torch elastic's Root Cause entry read only up to its `rank` line (elastic.py)."""
+    return x.source == "elastic_root_cause" and x.exitcode is None and x.first
+
+
 def _failed_process(evidence: CycleEvidence) -> tuple[int, str] | None:
     """The one rank a launcher summary reported as the process that failed (Open MPI's
     `process rank N ... exited on signal` / `The first process to do so was: Process name:
@@ -465,6 +470,11 @@ def _pick(
         if named is not None:
             return _with_rank(primary, *named), reason + (
                 "; rank of the process the launcher's summary reported failed"
+            )
+        cut = next((x for x in evidence.exits if _cut_root_cause(x)), None)
+        if cut is not None and cut.rank is not None:
+            return _with_rank(primary, cut.rank, "elastic_root_cause"), reason + (
+                "; rank of torch elastic's Root Cause entry (its block cut before the exit code)"
             )
         if primary.rank is not None:
             # only cascades, no suspect: the rank is the one that REPORTED the cascade, a

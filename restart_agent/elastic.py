@@ -18,6 +18,9 @@ Two forms, both printed by the elastic agent (not by a worker):
   (entries under `Failures:` have the same form; the one after `Root Cause` is the first
   observed failure).
 
+A Root Cause entry cut after its `rank` line (an excerpt that ends there) still names the
+first observed failure's rank (`ElasticReader.result()`, exit code unknown).
+
 `ElasticReader.line(body, lineno)` takes each candidate line without its rank prefix, in
 log order, and returns the (rank, rank_source) that an `exitcode` line of a block speaks
 for (so a signal matched on that line gets the rank). Numbers are bounded: an over-long
@@ -59,6 +62,7 @@ class ElasticReader:
         self.exits: list[ProcessExit] = []
         self._root_next = False  # the next entry is the Root Cause entry
         self._rank: tuple[int, int, bool] | None = None  # (rank, local_rank, is_root)
+        self._rank_line = 0  # where `_rank` was read
         self._host: str | None = None
         self._entry: tuple[int, str] | None = None  # (rank, source) of the last entry read
 
@@ -74,6 +78,7 @@ class ElasticReader:
             rank, local = bounded_int(m.group(1)), bounded_int(m.group(2))
             if rank is not None and local is not None:
                 self._rank = (rank, local, self._root_next)
+                self._rank_line = lineno
                 self._root_next = False
             return None
         m = _HOST.search(body)
@@ -117,6 +122,24 @@ class ElasticReader:
                 )
             )
         return None
+
+    def result(self) -> list[ProcessExit]:
+        """The exits read, and the Root Cause entry whose block was cut after its `rank`
+        line (a pasted excerpt): the first observed failure's rank, its exit code unknown
+        (`exitcode` None)."""
+        out = list(self.exits)
+        if self._rank is not None and self._rank[2] and len(out) < MAX_EXITS:
+            rank, local, _ = self._rank
+            cut = ProcessExit(
+                source="elastic_root_cause",
+                line=self._rank_line,
+                rank=rank,
+                local_rank=local,
+                node=self._host,
+                first=True,
+            )
+            out.append(cut)
+        return out
 
     def _add(self, e: ProcessExit) -> None:
         if len(self.exits) < MAX_EXITS:

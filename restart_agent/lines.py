@@ -197,7 +197,7 @@ class LineInterpreter:
 
     def extras(self) -> dict[str, Any]:
         """The `CycleEvidence` fields this interpreter adds: launcher facts, process exits."""
-        return {"launcher": self.facts.result(), "exits": list(self.elastic.exits)}
+        return {"launcher": self.facts.result(), "exits": self.elastic.result()}
 
     def kept(self) -> int:
         """Evidence lines kept so far (roots, cascade evidence, diagnostics: each bounded)."""

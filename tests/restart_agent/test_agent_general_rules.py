@@ -740,3 +740,18 @@ def test_a_runtime_status_code_of_a_fault_is_no_workload_lean() -> None:
         "RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization\n"  # (cut there)
     )
     assert _decisions(text)[:2] == ("RESTART", "RESTART")
+
+
+def test_a_root_cause_entry_cut_after_its_rank_line_still_names_the_rank() -> None:
+    # an excerpt that ends inside torch elastic's summary, right after the Root Cause
+    # entry's `rank` line: the first observed failure's rank is known, its exit code not
+    cut = SIGBUS_SUMMARY.split("Root Cause")[0].replace("exitcode  : -7", "exitcode  : 1")
+    cut = cut.replace("traceback : Signal 7 (SIGBUS) received by PID 467398", "traceback : x")
+    text = (
+        cut
+        + "Root Cause (first observed failure):\n[0]:\n  time      : 2024-12-31_16:45:51\n"
+        + "  host      : server\n  rank      : 3 (local_rank: 3)\n"
+    )
+    first, second, primary = _decisions(text)
+    assert primary.rank == 3, primary  # type: ignore[attr-defined]
+    assert (first, second) == ("RESTART", "RESTART")  # no cause shown: never stops
