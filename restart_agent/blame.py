@@ -57,6 +57,7 @@ FAILED_PROCESS_SOURCES = (
     "ray_train",
     "paddle",
     "paddle_trainer",
+    "horovod",
 )
 # rank sources that hold a LOCAL rank (torch.multiprocessing.spawn's process index, Paddle's
 # container index in its pod): the global rank only on a single node, dropped elsewhere
@@ -180,13 +181,31 @@ def _root_cause_error(evidence: CycleEvidence) -> Evidence | None:
     return None
 
 
+def _detail_of(root: Evidence, evidence: CycleEvidence) -> Evidence | None:
+    """The cause `root`'s own report names a few lines after it, on its rank (taxonomy.yaml
+    `detailed_by`: NCCL's `Last error: Cuda failure 2 'out of memory'`), if any."""
+    tax = taxonomy()
+    wins = tax.detailed_by.get(root.failure_class)
+    if not wins:
+        return None
+    last = root.line + tax.detail_lines
+    return next(
+        (
+            e
+            for e in evidence.roots
+            if e.failure_class in wins and root.line < e.line <= last and e.rank == root.rank
+        ),
+        None,
+    )
+
+
 def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:
     if primary.domain != "workload" or primary.recoverability not in ("probable", "retry"):
         return None
     wins = taxonomy().infrastructure_wins
     for e in evidence.roots:
         ok = e.domain == "infrastructure" and e.failure_class in wins
-        if ok and _before_teardown(e, evidence):
+        if ok and _before_teardown(e, evidence) and _detail_of(e, evidence) is None:
             return e
     kills = taxonomy().outside_kills
     return next((e for e in evidence.roots if e.failure_class in kills), None)
@@ -366,6 +385,9 @@ def _pick(
                 better,
                 reason + "; a named root wins over an exception that leans nowhere",
             )
+        detail = _detail_of(primary, evidence)
+        if detail is not None:
+            primary, reason = detail, reason + "; the cause its own report names after it"
     if primary is not None and is_root:
         winner = _infra_winner(primary, evidence)
         if winner is not None and own is primary and winner.rank not in (None, own.rank):

@@ -34,6 +34,7 @@ from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.prefixes import (
     _LAUNCHER,
     _LAUNCHER_RANK,
+    _MPI_LEAD,
     _NOT_LEAD,
     _PREFIX,
     _PY_BODY,
@@ -124,6 +125,7 @@ LINE_REGEXES = (
     _PREFIX,
     _PY_BODY,
     _NOT_LEAD,
+    _MPI_LEAD,
     _STREAM,
     _TORCH,
     _LAUNCHER,

@@ -121,6 +121,7 @@ RANK_SOURCES = {
     "ray_train": "Ray Train's error snippet of the worker that failed (`[Rank N Error Snippet]`)",
     "paddle": "Paddle's launcher: the `Container rank N` that failed (local rank, single node)",
     "paddle_trainer": "Paddle's launch_utils: the trainer `rank=[N]` it saw aborted",
+    "horovod": "Horovod's runner: the process index it saw exit (`Process N exit with status code C.`)",
 }
 # a rank that only REPORTED a cascade: named in the verdict, never blamed
 REPORTER_SOURCES = ("cascade_reporter",)

@@ -26,6 +26,8 @@ Understood (at the start of a line):
   quoted inside a message such as `RuntimeError: failed on [rank3]: x` is no prefix: the
   message stays the body)
 
+- Open MPI's tag behind its `--timestamp-output` time (`Mon Sep 24 14:28:29 2018[1,0]<stderr>:`,
+  glued): the rank is the tag's
 - Horovod's `[3]<stderr>:` (horovodrun with its gloo controller) and SageMaker's MPI tag
   `[1,mpirank:3,algo-1]<stderr>:`: the rank is the one in the tag
 - any other LEAD before a line that starts with a fixed token (generic lead): a log
@@ -75,6 +77,8 @@ MAX_RANK_DIGITS = 8  # a rank written with more digits is no rank (bounded parsi
 # and Determined's log shipper's `[rank=N] || ` tag (behind its `[time] <container-id>` lead)
 _TORCH = re.compile(r"\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[rank=(?P<r2>\d{1,8})\] \|\|")
 _LEAD_WORDS = ("[rank", "[default")
+# Open MPI's tag anywhere in a line's first MAX_LEAD characters (its own shape is the proof)
+_MPI_LEAD = re.compile(r"\[\d{1,8},(?P<r>\d{1,8})\]<std(?:out|err)>:")
 _LEAD_ENDS = " \t])\"'"
 MAX_LEAD = 160  # characters of timestamp / logger / worker tag before a lead rank prefix
 # Where a Python traceback line (or torch's rank prefix) starts behind a generic lead: the
@@ -131,7 +135,18 @@ def _one(line: str) -> tuple[int, str, bool, int] | None:
 
 def _lead(line: str) -> tuple[int, str, bool, int] | None:
     """`_one` for torch's rank prefix behind a timestamp / logger / worker lead (see the
-    module docstring): (rank, rest, True, where the rank's digits start)."""
+    module docstring): (rank, rest, True, where the rank's digits start); Open MPI's tag
+    behind its `--timestamp-output` time, glued to it (`Mon Sep 24 14:28:29 2018[1,0]<stderr>:`)."""
+    if "]<std" in line:
+        mm = _MPI_LEAD.search(line, 1, MAX_LEAD + 40)
+        if mm is not None and ": " not in line[: mm.start()]:
+            body = line[mm.end() :]
+            return (
+                int(mm.group("r")),
+                body[1:] if body.startswith(" ") else body,
+                False,
+                mm.start("r"),
+            )
     best = -1
     for word in _LEAD_WORDS:
         p = line.find(word, 1, MAX_LEAD + len(word))

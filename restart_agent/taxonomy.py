@@ -6,6 +6,7 @@ Read once and validated (a malformed table is a `RegistryError` naming the file)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ class Taxonomy:
     config_messages: re.Pattern[str] | None = None
     # top-level module names that are a project's own folders (ImportError: the user's code)
     own_module_names: frozenset[str] = frozenset()
+    # a root's class -> classes of a detail line after it that is the failure (taxonomy.yaml)
+    detailed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    detail_lines: int = 8
 
     def validates_config(self, row_id: str, functions: list[str]) -> bool:
         """A generic exception row raised inside argument/config validation."""
@@ -109,6 +113,15 @@ def taxonomy() -> Taxonomy:
     for name, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
             raise RegistryError(f"{TAXONOMY_FILE}: {name} must be a list of classes")
+    detailed = data.get("detailed_by") or {}
+    if not isinstance(detailed, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(c, str) for c in v)
+        for k, v in detailed.items()
+    ):
+        raise RegistryError(f"{TAXONOMY_FILE}: detailed_by must map a class to a list of classes")
+    detail_lines = data.get("detail_lines", 8)
+    if not isinstance(detail_lines, int) or isinstance(detail_lines, bool) or detail_lines < 1:
+        raise RegistryError(f"{TAXONOMY_FILE}: detail_lines must be a positive integer")
     return Taxonomy(
         dict(signals),
         exit_code,
@@ -124,4 +137,6 @@ def taxonomy() -> Taxonomy:
         config_message_rows=frozenset(map(str, mrows)),
         config_messages=mrx,
         own_module_names=frozenset(lists["own_module_names"]),
+        detailed_by={k: frozenset(v) for k, v in detailed.items()},
+        detail_lines=detail_lines,
     )

@@ -37,6 +37,8 @@ CORPORA = {
     "holdout5": FIXTURES / "real_holdout5",
     "holdout6": FIXTURES / "real_holdout6",
     "holdout7": FIXTURES / "real_holdout7",
+    "holdout8a": FIXTURES / "real_holdout8a",
+    "holdout8b": FIXTURES / "real_holdout8b",
     # A second training corpus (issue 24): collected to tune GENERAL rules on, not blind.
     "train2": FIXTURES / "real_train2",
 }

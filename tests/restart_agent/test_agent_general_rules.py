@@ -755,3 +755,117 @@ def test_a_root_cause_entry_cut_after_its_rank_line_still_names_the_rank() -> No
     first, second, primary = _decisions(text)
     assert primary.rank == 3, primary  # type: ignore[attr-defined]
     assert (first, second) == ("RESTART", "RESTART")  # no cause shown: never stops
+
+
+# ------------------------------------------ after holdout8's blind run (issue 24), general
+def _tb(error: str, frames: tuple[tuple[str, str], ...], prefix: str = "") -> str:
+    out = [f"{prefix}Traceback (most recent call last):"]
+    out += [f'{prefix}  File "{path}", line 10, in {fn}' for path, fn in frames]
+    return "\n".join([*out, prefix + error]) + "\n"
+
+
+USER_FRAME = ("/home/u/train.py", "main")
+HOROVOD_OPS = ("/usr/lib/python3.9/site-packages/horovod/torch/mpi_ops.py", "synchronize")
+C10D_SETUP = (
+    "/usr/lib/python3.8/site-packages/torch/distributed/distributed_c10d.py",
+    "_new_process_group_helper",
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "cls", "decisions"),
+    [
+        ("137", "killed_sigkill", ("RESTART", "RESTART")),  # 128 + 9
+        ("139", "segfault", ("RESTART", "RESTART")),  # 128 + 11
+        ("1", "mpi_process_exit", ("RESTART", "RESTART")),  # failed: says which, not why
+    ],
+)
+def test_horovod_runner_names_the_process_and_its_status(
+    status: str, cls: str, decisions: tuple[str, str]
+) -> None:
+    # horovodrun (gloo): `Process N exit with status code C.`, then the runner's own
+    # traceback raising its summary (a library frame: it must not lean workload)
+    text = (
+        f"Process 3 exit with status code {status}.\n"
+        + _tb(
+            "RuntimeError: Horovod detected that one or more processes exited with non-zero "
+            "status, thus causing the job to be terminated. The first process to do so was:",
+            (("/usr/lib/python3.6/site-packages/horovod/runner/gloo_run.py", "launch_gloo"),),
+        )
+        + "Process name: worker-1[0]\n"
+        + f"Exit code: {status}\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == decisions, primary
+    assert (primary.failure_class, primary.rank) == (cls, 3), primary  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # TF / XRT status spelt in title case, raised through the user's own frame
+        "RuntimeError: Aborted: Session 1a625b17752b2794 is not found.",
+        "RuntimeError: Internal: Failed to connect to the TPU runtime",
+        # NCCL's result string for a failed call, wrapped by Horovod
+        "horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed: unhandled cuda error",
+    ],
+)
+def test_runtime_status_and_nccl_result_words_never_stop_on_a_recurrence(error: str) -> None:
+    assert _decisions(_tb(error, (USER_FRAME, HOROVOD_OPS)))[:2] == ("RESTART", "RESTART")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the build lacks the requested backend (Windows: no NCCL): the job's launch code
+        _tb(
+            "RuntimeError: Distributed package doesn't have NCCL built in", (USER_FRAME, C10D_SETUP)
+        ),
+        # torch's collective fingerprint check, behind a logger's own lead
+        "[RANK 1] 2026-05-19 10:10:29,701 [ERROR] circuit breaker OPEN: cuda_error - Detected"
+        " mismatch between collectives on ranks. Rank 1 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=101, OpType=ALLGATHER)\n",
+        # Horovod's coordinator check, in a TF status type that names no program fault alone
+        "[1,2]<stderr>:tensorflow.python.framework.errors_impl.FailedPreconditionError: "
+        "Mismatched ALLREDUCE CPU/GPU device selection: One rank specified device GPU, but "
+        "another rank specified device CPU.\n",
+        # more processes than GPUs (a node that lost a GPU fails its health check instead)
+        _tb("RuntimeError: CUDA error: invalid device ordinal", (USER_FRAME,), "[rank5]: "),
+    ],
+)
+def test_launch_and_collective_bugs_stop_on_the_identical_recurrence(text: str) -> None:
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "STOP"), primary
+    assert primary.domain == "workload", primary  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # TF 1's out-of-memory, its status type glued to `(see above for traceback)`
+        "[1,1]<stderr>:ResourceExhaustedError (see above for traceback): OOM when allocating "
+        "tensor with shape[2,1023,50257] and type float\n",
+        # NCCL's unhandled cuda error, whose `Last error:` says its CUDA call ran out of memory
+        _tb(
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, "
+            "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+            (USER_FRAME,),
+        )
+        + "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+        + "Cuda failure 2 'out of memory'\n",
+    ],
+)
+def test_an_out_of_memory_in_other_words_is_the_startup_oom(text: str) -> None:
+    first, second, primary = _decisions(text)
+    assert primary.failure_class == "cuda_oom", primary  # type: ignore[attr-defined]
+    assert (first, second) == ("RESTART", "STOP"), primary
+
+
+def test_open_mpi_tag_behind_its_timestamp_names_the_rank() -> None:
+    # `mpirun --timestamp-output`: the time glued to the tag
+    text = (
+        "Mon Sep 24 14:28:29 2018[1,0]<stderr>:*** SIGSEGV (@0x8) received by PID 33946 "
+        "(TID 0x7f58d53a8700) from PID 8; stack trace: ***\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second, primary.rank) == ("RESTART", "RESTART", 0), primary  # type: ignore[attr-defined]

@@ -110,3 +110,23 @@ def test_bad_note_records_are_refused_with_the_reason(record: dict, message: str
 
 def _evidence(text: str, last_it: int | None):
     return scan_text(log(text, last_it))
+
+
+def test_invalid_device_ordinal_on_a_node_that_lost_a_gpu_restarts_without_it() -> None:
+    # `invalid device ordinal` leans workload (more processes than GPUs: STOP on the
+    # identical recurrence); a node whose GPU fell off fails its health check, and then the
+    # recurrence is that node's: one more RESTART without it
+    import json
+
+    from relaunch.restart_agent import PriorCycle
+
+    text = (
+        "[rank5]: Traceback (most recent call last):\n"
+        '[rank5]:   File "/home/u/train.py", line 10, in main\n'
+        "[rank5]: RuntimeError: CUDA error: invalid device ordinal\n"
+    )
+    first = decide(scan_text(text), [])
+    hist = [PriorCycle.from_verdict(0, json.loads(json.dumps(first.to_dict())))]
+    assert decide(scan_text(text), hist).decision == "STOP"
+    v = decide(scan_text(text), hist, node_health=[SICK])
+    assert (v.decision, v.rule) == ("RESTART", "restart.unhealthy_node_excluded")
