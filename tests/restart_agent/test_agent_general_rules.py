@@ -869,3 +869,49 @@ def test_open_mpi_tag_behind_its_timestamp_names_the_rank() -> None:
     )
     first, second, primary = _decisions(text)
     assert (first, second, primary.rank) == ("RESTART", "RESTART", 0), primary  # type: ignore[attr-defined]
+
+
+# ------------------------------- other frameworks' words (probed before holdout9, issue 24)
+LIB_FRAME = ("/usr/lib/python3.10/site-packages/fw/core.py", "run")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # TensorFlow's status types: the runtime's faults, named by the type alone
+        "tensorflow.python.framework.errors_impl.InternalError: Failed to call ThenRnnForward",
+        "tensorflow.python.framework.errors_impl.AbortedError: Session 12ab is not found.",
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded",
+        # Ascend's runtime API failing with its error number (MindSpore)
+        "RuntimeError: Call rt api rtStreamSynchronize failed, ret: 507011",
+    ],
+)
+def test_other_runtimes_faults_never_stop_on_a_recurrence(error: str) -> None:
+    assert _decisions(_tb(error, (USER_FRAME, LIB_FRAME)))[:2] == ("RESTART", "RESTART")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _tb(
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
+            "trying to allocate 17179869184 bytes.",
+            (USER_FRAME, LIB_FRAME),
+        ),
+        _tb(
+            "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: "
+            "Default/Conv2D-op1, alloc size: 2147483648B.",
+            (USER_FRAME, LIB_FRAME),
+        ),
+        # Paddle raises Python's host-memory type for a GPU OOM; its summary says which
+        _tb("MemoryError: ", (USER_FRAME, LIB_FRAME))
+        + "\n--------------------------------------\nC++ Traceback (most recent call last):\n"
+        + "0   paddle::framework::Executor::Run\n----------------------\n"
+        + "Error Message Summary:\n----------------------\nResourceExhaustedError: \n\n"
+        + "Out of memory error on GPU 0. Cannot allocate 1.203125GB memory on GPU 0.\n",
+    ],
+)
+def test_other_frameworks_device_oom_is_the_startup_oom(text: str) -> None:
+    first, second, primary = _decisions(text)
+    assert primary.failure_class == "cuda_oom", primary  # type: ignore[attr-defined]
+    assert (first, second) == ("RESTART", "STOP"), primary
