@@ -8,7 +8,7 @@ Understood (at the start of a line):
 - `[1,3]<stderr>:`    Open MPI `--tag-output` (`<stdout>` too)
 - `3: `               Slurm `srun --label` (optionally space-padded)
 - `Rank 3: `          a worker wrapper's or a reporter's own rank label (`rank 3: ` too)
-- `[Rank 3] `, `[rank: 3] ` DeepSpeed's / Lightning's rank tag starting a line (a blank, no colon)
+- `[Rank 3] `, `[RANK 3] `, `[rank: 3] ` DeepSpeed's / a logger's / Lightning's rank tag starting a line (a blank, no colon)
 - stacked: `15: [rank15]:`, `[default0]:[rank12]:` (torch's `[rank N]` is the global rank
   and wins); a glued `[stderr]` / `[stdout]` stream tag is dropped
 - a container log collector's service tag (docker compose `daskcluster-worker-1     | `)
@@ -59,7 +59,7 @@ import re
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
-    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|rank: ?)(?P<r5>\d{1,8})\] "
+    r"^(?:\[(?:rank ?|default)(?P<r1>\d{1,8})\]:|\[\d{1,8},(?P<r2>\d{1,8})\]<std(?:out|err)>:|[ ]*(?P<r3>\d{1,8}): |[Rr]ank (?P<r4>\d{1,8}): |\[(?:Rank ?|RANK ?|rank: ?)(?P<r5>\d{1,8})\] "
     r"|\[(?P<r6>\d{1,8})\]<std(?:out|err)>:|\[\d{1,8},mpirank:(?P<r7>\d{1,8}),[^\]\n]{0,80}\]<std(?:out|err)>:)"
 )
 _GROUPS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7")
@@ -103,7 +103,7 @@ RANK_FORMATS: tuple[tuple[bytes, bytes, re.Pattern[bytes]], ...] = tuple(
         (rb"\n\[\d{1,8},", rb"\]<std(?:out|err)>:"),
         (rb"\n *", rb": "),
         (rb"\n[Rr]ank ", rb": "),
-        (rb"\n\[(?:Rank ?|rank: ?)", rb"\] "),
+        (rb"\n\[(?:Rank ?|RANK ?|rank: ?)", rb"\] "),
         (rb"\n\[", rb"\]<std(?:out|err)>:"),
         (rb"\n\[\d{1,8},mpirank:", rb",[^\]\n]{0,80}\]<std(?:out|err)>:"),
     )

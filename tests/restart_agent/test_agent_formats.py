@@ -147,6 +147,8 @@ TRACEBACK = (
         ("[3]<stderr>:", 3),  # horovodrun (gloo controller)
         ("[1,mpirank:3,algo-1]<stderr>:", 3),  # SageMaker's MPI tag
         ("worker-1: [rank5]: ", 5),  # pdsh around torch's own prefix
+        ("[RANK 4] ", 4),  # a logger's upper-case rank tag
+        ("Mon Sep 24 14:28:29 2018[1,6]<stderr>:", 6),  # mpirun --timestamp-output, glued
     ],
 )
 def test_traceback_behind_any_lead_is_read(lead: str, rank: int | None) -> None:
