@@ -32,6 +32,7 @@ from typing import Any
 
 from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.prefixes import (
+    _EXCEPTION_HEAD,
     _LAUNCHER,
     _LAUNCHER_RANK,
     _MPI_LEAD,
@@ -126,6 +127,7 @@ LINE_REGEXES = (
     _PY_BODY,
     _NOT_LEAD,
     _MPI_LEAD,
+    _EXCEPTION_HEAD,
     _STREAM,
     _TORCH,
     _LAUNCHER,

@@ -40,7 +40,9 @@ Understood (at the start of a line):
   `  18 `, a quote `> `, a Ray tag still wrapped in colour codes. The lead is at most
   `MAX_LEAD` characters, ends with a blank or one of `]):>|-`, and says neither `Error`,
   `Exception`, `Traceback`, `File "` nor a quote (so a message that names an exception,
-  `RuntimeError: Caught ValueError: x`, keeps its first name); a torch rank prefix right
+  `RuntimeError: Caught ValueError: x`, keeps its first name), is not itself an exception
+  line (`etcd.EtcdConnectionFailed: ...`), and a bare name ending the line follows no
+  sentence (`...: failed due to MaxRetryError` keeps its text); a torch rank prefix right
   after it is read as above. A lead names no rank: a host, a pod or a line number is not
   one. Only those fixed-token lines are looked for behind such a lead, so a line whose
   meaning needs its lead (a host named in an NCCL line) is matched as before.
@@ -91,6 +93,9 @@ _PY_BODY = re.compile(
 # what a generic lead never says (it would be a message naming an exception, not a lead)
 _NOT_LEAD = re.compile(r'Error|Exception|Traceback|File "|["\']')
 _GENERIC_LEAD_ENDS = " \t]):>|-"
+# a lead that is itself an exception line (`etcd.EtcdConnectionFailed: ...`, a type whose
+# name ends in neither Error nor Exception): the text behind it is its message, not a line
+_EXCEPTION_HEAD = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z][a-z0-9]+[A-Z]\w*: ")
 _LEAD_WINDOW = MAX_LEAD + 120  # characters searched for the line behind a generic lead
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
@@ -228,8 +233,10 @@ def _generic_lead(line: str) -> int:
     if p == 0 or p > MAX_LEAD or line[p - 1] not in _GENERIC_LEAD_ENDS:
         return 0
     lead = line[:p]
-    if not lead.strip() or _NOT_LEAD.search(lead):
+    if not lead.strip() or _NOT_LEAD.search(lead) or _EXCEPTION_HEAD.match(lead):
         return 0
+    if m.end() == len(line) and ": " in lead[:-2]:
+        return 0  # a bare name ending a sentence (`... failed due to MaxRetryError`)
     return p
 
 

@@ -182,6 +182,10 @@ def test_traceback_on_one_line_is_read_as_its_lines() -> None:
         "x" * 170 + " TypeError: boom",  # lead longer than MAX_LEAD
         "abcTypeError: boom",  # glued to a word
         "INFO step 10 loss=nan",  # nothing to read behind it
+        # an exception line whose type ends in neither Error nor Exception: its message names one
+        "etcd.EtcdConnectionFailed: Connection to etcd failed due to MaxRetryError",
+        "EtcdConnectionFailed: refused: KeyError: 'x'",
+        "worker-1: training failed due to MaxRetryError",  # a bare name ending a sentence
     ],
 )
 def test_no_generic_lead_where_there_is_none(line: str) -> None:
