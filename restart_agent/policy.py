@@ -290,6 +290,9 @@ def _counts(cycles: Sequence[_Cycle], flags: Sequence[str]) -> Counts:
 
 
 _FRAME_PATH = re.compile(r'File "([^"]+)"')
+_RELATIVE_IMPORT = re.compile(
+    r"attempted relative import (?:with no known parent package|beyond top-level package)"
+)
 _MODULE = re.compile(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'")
 _MESSAGE_PATH = re.compile(r"\(([^()]*[/\\][^()]*)\)\s*$")
 
@@ -304,7 +307,12 @@ def _own_module(primary: Evidence) -> bool:
     The innermost frame is user code, and the missing module's top-level name is part of
     a user path (a frame of the traceback, or the path the message names): a third-party
     package missing from the environment (`deepspeed`, `flash_attn`) is not the user's.
+    A relative import (`attempted relative import with no known parent package`, `beyond
+    top-level package`) is always the user's own package's, when raised in user code.
     """
+    if _RELATIVE_IMPORT.search(primary.text):
+        rel = [m.group(1) for c in primary.context if (m := _FRAME_PATH.search(str(c["text"])))]
+        return not rel or is_user_frame(rel[-1])
     mm = _MODULE.search(primary.text)
     module = (mm.group(1) or mm.group(2)).split(".")[0] if mm else ""
     if len(module) < 3 or not module.isidentifier():

@@ -5,7 +5,9 @@ Several corpora, each a directory with `labels.yaml` (see tests/_real_corpus_dri
 (tests/fixtures/real_holdout/), `holdout2` (tests/fixtures/real_holdout2/), `holdout3`
 (tests/fixtures/real_holdout3/) and `holdout4` (tests/fixtures/real_holdout4/), other threads, each
 collected and labelled without the analyzer's authors seeing them, to measure generalisation,
-and `train2` (tests/fixtures/real_train2/), a second training corpus for issue 24's general rules.
+`holdout5` to `holdout7`, `holdout8a`/`holdout8b` and `holdout9a`/`holdout9b` (each pair one
+blind collection, two collectors on odd and even threads), and `train2`
+(tests/fixtures/real_train2/), a second training corpus for issue 24's general rules.
 No thread is in two corpora. Test ids are `<corpus>/<case id>`.
 
 Every case is analysed as cycle 0 of a fresh job, then the

@@ -915,3 +915,74 @@ def test_other_frameworks_device_oom_is_the_startup_oom(text: str) -> None:
     first, second, primary = _decisions(text)
     assert primary.failure_class == "cuda_oom", primary  # type: ignore[attr-defined]
     assert (first, second) == ("RESTART", "STOP"), primary
+
+
+# ------------------------------------------ after holdout9's blind run (issue 24), general
+def test_an_accelerator_that_lost_its_initialised_state_never_stops() -> None:
+    # TF on a TPU pod: the TPU system lost its initialised state mid-run (a status of the
+    # program's own code family, `Failed precondition`, whose words name the device's state)
+    text = "  (0) Failed precondition: The TPU system has not been initialized.\n"
+    assert _decisions(text)[:2] == ("RESTART", "RESTART")
+
+
+@pytest.mark.parametrize(
+    ("text", "decisions"),
+    [
+        # XLA's reservation at the bottom of device memory: the device OOM (at startup)
+        (
+            "Exception in device=TPU:6: RESOURCE_EXHAUSTED: From /job:localservice/replica:0/task:0:\n"
+            "  (0) RESOURCE_EXHAUSTED: Attempting to reserve 10.51G at the bottom of memory. That"
+            " was not possible. There are 8.97G free, 0B reserved, and 8.97G reservable.\n",
+            ("RESTART", "STOP"),
+        ),
+        # DeepSpeed's transformer kernel reporting its failed GEMM
+        (
+            "!!!! kernel execution error. (m: 768, n: 4608, k: 3072, error: 13)\n",
+            ("RESTART", "STOP"),
+        ),
+        # NCCL's own argument check before it returns ncclInvalidArgument
+        (
+            "[1,1]<stdout>:slave1:126624:126758 [1] misc/argcheck.cc:39 NCCL WARN Broadcast : "
+            "invalid root 0 (root should be in the 0..-1 range)\n",
+            ("RESTART", "STOP"),
+        ),
+        # a configuration value the framework lists the valid choices for
+        (
+            "ValueError: You selected an invalid accelerator name: `accelerator='ddp'`. "
+            "Available names are: cpu, cuda, hpu, ipu, mps, tpu.\n",
+            ("STOP", "STOP"),
+        ),
+        # a relative import in a script run as a file: always the user's own package
+        (
+            _tb(
+                "ImportError: attempted relative import with no known parent package",
+                (("/home/u/proj/fme/train.py", "<module>"),),
+            ),
+            ("STOP", "STOP"),
+        ),
+    ],
+)
+def test_after_holdout9_shapes(text: str, decisions: tuple[str, str]) -> None:
+    first, second, primary = _decisions(text)
+    assert (first, second) == decisions, primary
+
+
+@pytest.mark.parametrize(
+    ("line", "rank"),
+    [
+        # a summary whose node name was lost (`on node exited on`)
+        (
+            "mpirun noticed that process rank 0 with PID 0 on node exited on signal 4 (Illegal instruction).",
+            0,
+        ),
+        # Paddle's launcher without the blank after the comma
+        (
+            "ABORT!!! Out of all 3 trainers,the trainer process with rank=[2] was aborted.Please check its log.",
+            2,
+        ),
+    ],
+)
+def test_launcher_summaries_in_looser_spellings_name_the_rank(line: str, rank: int) -> None:
+    first, second, primary = _decisions(line + "\n")
+    assert (first, second) == ("RESTART", "RESTART")
+    assert primary.rank == rank, primary  # type: ignore[attr-defined]
