@@ -986,3 +986,28 @@ def test_launcher_summaries_in_looser_spellings_name_the_rank(line: str, rank: i
     first, second, primary = _decisions(line + "\n")
     assert (first, second) == ("RESTART", "RESTART")
     assert primary.rank == rank, primary  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Hydra refusing a command-line override (no traceback printed)
+        "Could not override 'trainer.gpu'.\nTo append to your config use +trainer.gpu=8\n"
+        "Key 'gpu' is not in struct\n    full_key: trainer.gpu\n    object_type=dict\n",
+        # the run's YAML config does not parse
+        _tb(
+            'yaml.scanner.ScannerError: mapping values are not allowed here\n  in "configs/train.yaml",'
+            " line 12, column 9",
+            (USER_FRAME,),
+        ),
+    ],
+)
+def test_a_config_the_job_cannot_read_stops_at_first_sight(text: str) -> None:
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("STOP", "STOP"), primary
+    # a data file that does not parse is no config: probable workload (RESTART, then STOP)
+    data = _tb(
+        "pandas.errors.ParserError: Error tokenizing data. C error: Expected 2 fields in line 3",
+        (USER_FRAME,),
+    )
+    assert _decisions(data)[:2] == ("RESTART", "STOP")
