@@ -1011,3 +1011,35 @@ def test_a_config_the_job_cannot_read_stops_at_first_sight(text: str) -> None:
         (USER_FRAME,),
     )
     assert _decisions(data)[:2] == ("RESTART", "STOP")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # network words a socket, a fabric library or an object store use
+        "RuntimeError: Transport endpoint is not connected",
+        "OSError: No route to host",
+        "RuntimeError: Host is down",
+        "RuntimeError: fi_getinfo failed: No data available",
+        "RuntimeError: [UCX] Transport retry count exceeded on mlx5_0:1/IB",
+        "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject"
+        " operation (reached max retries: 4): Please reduce your request rate.",
+        # a GPU that must be reset, an MPI library's internal failure, a locked shared file
+        "RuntimeError: CUDA error: GPU requires reset",
+        "mpi4py.MPI.Exception: MPI_ERR_OTHER: known error not in list",
+        "sqlite3.OperationalError: database is locked",
+    ],
+)
+def test_infrastructure_in_other_words_never_stops_on_a_recurrence(error: str) -> None:
+    # each raised through a library's Python frame, which alone leans workload
+    assert _decisions(_tb(error, (USER_FRAME, LIB_FRAME)))[:2] == ("RESTART", "RESTART")
+
+
+def test_cublas_that_cannot_allocate_its_workspace_is_the_startup_oom() -> None:
+    text = _tb(
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        (USER_FRAME, LIB_FRAME),
+    )
+    first, second, primary = _decisions(text)
+    assert primary.failure_class == "cuda_oom", primary  # type: ignore[attr-defined]
+    assert (first, second) == ("RESTART", "STOP")
