@@ -1043,3 +1043,23 @@ def test_cublas_that_cannot_allocate_its_workspace_is_the_startup_oom() -> None:
     first, second, primary = _decisions(text)
     assert primary.failure_class == "cuda_oom", primary  # type: ignore[attr-defined]
     assert (first, second) == ("RESTART", "STOP")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # autograd's and multiprocessing's own checks of how the program uses them
+        "RuntimeError: Trying to backward through the graph a second time (or directly access"
+        " saved tensors after they have already been freed).",
+        "RuntimeError: one of the variables needed for gradient computation has been modified by"
+        " an inplace operation",
+        "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with "
+        "multiprocessing, you must use the 'spawn' start method",
+        "RuntimeError: It looks like your LightningModule has parameters that were not used in "
+        "producing the loss returned by training_step.",
+    ],
+)
+def test_programming_checks_without_a_traceback_lean_workload(line: str) -> None:
+    # a bare line (no frames: nothing for the structural reading but its words)
+    first, second, primary = _decisions(line + "\n")
+    assert (first, second) == ("RESTART", "STOP"), primary
