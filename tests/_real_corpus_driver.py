@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 # Corpus name -> directory holding `labels.yaml` and one `<id>.log` per case. `real` is the
 # training corpus the analyzer was tuned on (`train2` is a second one, for issue 24's general
-# rules); `holdout` to `holdout9b` were each collected
+# rules); `holdout` to `holdout10b` were each collected
 # and labelled without the analyzer's authors seeing them, to measure whether the analyzer generalises.
 CORPORA = {
     "real": FIXTURES / "real",
@@ -41,6 +41,8 @@ CORPORA = {
     "holdout8b": FIXTURES / "real_holdout8b",
     "holdout9a": FIXTURES / "real_holdout9a",
     "holdout9b": FIXTURES / "real_holdout9b",
+    "holdout10a": FIXTURES / "real_holdout10a",
+    "holdout10b": FIXTURES / "real_holdout10b",
     # A second training corpus (issue 24): collected to tune GENERAL rules on, not blind.
     "train2": FIXTURES / "real_train2",
 }

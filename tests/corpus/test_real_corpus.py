@@ -5,7 +5,7 @@ Several corpora, each a directory with `labels.yaml` (see tests/_real_corpus_dri
 (tests/fixtures/real_holdout/), `holdout2` (tests/fixtures/real_holdout2/), `holdout3`
 (tests/fixtures/real_holdout3/) and `holdout4` (tests/fixtures/real_holdout4/), other threads, each
 collected and labelled without the analyzer's authors seeing them, to measure generalisation,
-`holdout5` to `holdout7`, `holdout8a`/`holdout8b` and `holdout9a`/`holdout9b` (each pair one
+`holdout5` to `holdout7`, `holdout8a`/`holdout8b` and `holdout9a`/`holdout9b`, `holdout10a`/`holdout10b` (each pair one
 blind collection, two collectors on odd and even threads), and `train2`
 (tests/fixtures/real_train2/), a second training corpus for issue 24's general rules.
 No thread is in two corpora. Test ids are `<corpus>/<case id>`.

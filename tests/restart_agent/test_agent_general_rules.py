@@ -1063,3 +1063,48 @@ def test_programming_checks_without_a_traceback_lean_workload(line: str) -> None
     # a bare line (no frames: nothing for the structural reading but its words)
     first, second, primary = _decisions(line + "\n")
     assert (first, second) == ("RESTART", "STOP"), primary
+
+
+# ----------------------------------------- after holdout10's blind run (issue 24), general
+def test_horovod_shut_down_is_a_cascade_and_the_summary_names_the_rank() -> None:
+    # the ranks still in a collective report Horovod's shutdown; Open MPI's summary says
+    # which process exited first; no cause is shown: RESTART, on that process's rank
+    text = (
+        "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception"
+        " on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after"
+        " one of the ranks finished execution.\n"
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+        "the job to be terminated. The first process to do so was:\n\n"
+        "  Process name: [[50371,1],0]\n  Exit code:    1\n"
+    )
+    first, second, primary = _decisions(text)
+    assert (first, second) == ("RESTART", "RESTART"), primary
+    assert (primary.failure_class, primary.rank) == ("horovod_shutdown", 0), primary  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "decisions", "rank"),
+    [
+        # Open MPI cannot find the program it was told to run (the launch command's fault)
+        (
+            "mpirun was unable to find the specified executable file, and therefore\n"
+            "did not launch the job.  This error was first reported for process\n"
+            "rank 0; it may have occurred for other processes as well.\n",
+            ("RESTART", "STOP"),
+            0,
+        ),
+        # TF's title-case `Invalid argument:` status: the program's (an XLA compile limit)
+        (
+            "  (0) Invalid argument: Computation requires more parameters (732) than supported "
+            "(limit 236).\n",
+            ("RESTART", "STOP"),
+            None,
+        ),
+        # torch_xla's `Unknown device` raised in the model's code
+        (_tb("RuntimeError: Unknown device", (USER_FRAME, LIB_FRAME)), ("RESTART", "STOP"), None),
+    ],
+)
+def test_after_holdout10_shapes(text: str, decisions: tuple[str, str], rank: int | None) -> None:
+    first, second, primary = _decisions(text)
+    assert (first, second) == decisions, primary
+    assert primary.rank == rank, primary  # type: ignore[attr-defined]
