@@ -183,20 +183,24 @@ def _root_cause_error(evidence: CycleEvidence) -> Evidence | None:
 
 def _detail_of(root: Evidence, evidence: CycleEvidence) -> Evidence | None:
     """The cause `root`'s own report names a few lines after it, on its rank (taxonomy.yaml
-    `detailed_by`: NCCL's `Last error: Cuda failure 2 'out of memory'`), if any."""
+    `detailed_by`: NCCL's `Last error: Cuda failure 2 'out of memory'`), if any: the first
+    later root of the rank within `detail_lines`, when a `detailed_by` row matched it; a root
+    of another class before it ends the report (that one is no detail of this)."""
     tax = taxonomy()
-    wins = tax.detailed_by.get(root.failure_class)
-    if not wins:
+    rows = tax.detailed_by.get(root.failure_class)
+    if not rows:
         return None
     last = root.line + tax.detail_lines
-    return next(
-        (
-            e
-            for e in evidence.roots
-            if e.failure_class in wins and root.line < e.line <= last and e.rank == root.rank
-        ),
-        None,
-    )
+    for e in sorted(evidence.roots, key=lambda x: x.line):
+        if e.line <= root.line or e.rank != root.rank:
+            continue
+        if e.line > last:
+            return None
+        if e.pattern_id in rows:
+            return e
+        if e.failure_class != root.failure_class:
+            return None
+    return None
 
 
 def _infra_winner(primary: Evidence, evidence: CycleEvidence) -> Evidence | None:

@@ -49,7 +49,7 @@ from relaunch.restart_agent.outcomes import (
     Outcomes,
 )
 from relaunch.restart_agent.outcomes import TRACEBACK as _TRACEBACK
-from relaunch.restart_agent.prefixes import bounded_int, split_prefix
+from relaunch.restart_agent.prefixes import _LEAD_WINDOW, _PY_BODY, bounded_int, split_prefix
 from relaunch.restart_agent.registry import PatternRow, Registry
 from relaunch.restart_agent.rowcache import RowSelector, fingerprint  # cached per line (speed)
 from relaunch.restart_agent.structural import lean, structural
@@ -466,6 +466,8 @@ class LineInterpreter:
         if p < 0 or p > MAX_HEAD or t.startswith("["):
             return None
         head = text[: p + len(t)]
+        if _PY_BODY.search(text, p + len(t), _LEAD_WINDOW):
+            return None  # a generic lead may end behind the head: split_prefix decides
         got = self._splits.get(head, _Miss.MISS)
         if got is _Miss.MISS:
             split = split_prefix(text)

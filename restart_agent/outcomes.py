@@ -32,6 +32,7 @@ from typing import Any
 
 from relaunch.restart_agent.facts import PREFIX as FACT_PREFIX
 from relaunch.restart_agent.prefixes import (
+    _BRACKETED,
     _EXCEPTION_HEAD,
     _LAUNCHER,
     _LAUNCHER_RANK,
@@ -128,6 +129,7 @@ LINE_REGEXES = (
     _NOT_LEAD,
     _MPI_LEAD,
     _EXCEPTION_HEAD,
+    _BRACKETED,
     _STREAM,
     _TORCH,
     _LAUNCHER,

@@ -41,8 +41,10 @@ Understood (at the start of a line):
   `MAX_LEAD` characters, ends with a blank or one of `]):>|-`, and says neither `Error`,
   `Exception`, `Traceback`, `File "` nor a quote (so a message that names an exception,
   `RuntimeError: Caught ValueError: x`, keeps its first name), is not itself an exception
-  line (`etcd.EtcdConnectionFailed: ...`), and a bare name ending the line follows no
-  sentence (`...: failed due to MaxRetryError` keeps its text); a torch rank prefix right
+  line (`etcd.EtcdConnectionFailed: ...`), a bare name ending the line follows no sentence
+  (`...: failed due to MaxRetryError` keeps its text), and outside its brackets it holds at
+  most `MAX_LEAD_WORDS` words (tags, not prose: `node3 kernel: Out of memory: Killed process
+  ... - ValueError: x` keeps the kernel's report); a torch rank prefix right
   after it is read as above. A lead names no rank: a host, a pod or a line number is not
   one. Only those fixed-token lines are looked for behind such a lead, so a line whose
   meaning needs its lead (a host named in an NCCL line) is matched as before.
@@ -97,6 +99,12 @@ _GENERIC_LEAD_ENDS = " \t]):>|-"
 # name ends in neither Error nor Exception): the text behind it is its message, not a line
 _EXCEPTION_HEAD = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*[A-Z][a-z0-9]+[A-Z]\w*: ")
 _LEAD_WINDOW = MAX_LEAD + 120  # characters searched for the line behind a generic lead
+# a lead is tags, not prose: outside its brackets it holds at most MAX_LEAD_WORDS words of 3+
+# letters (`node3 kernel: Out of memory: Killed process 1234 (python) - ValueError: x`, a paste
+# that lost a line break, keeps its text: the kernel's report is read, not dropped)
+_BRACKETED = re.compile(r"\[[^\]]*\]|\([^)]*\)|<[^>]*>")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+MAX_LEAD_WORDS = 4
 
 # Every rank prefix over raw bytes, each preceded by the newline that starts its line:
 # (head, tail, full regex) with the rank digits between head and tail.
@@ -237,6 +245,8 @@ def _generic_lead(line: str) -> int:
         return 0
     if m.end() == len(line) and ": " in lead[:-2]:
         return 0  # a bare name ending a sentence (`... failed due to MaxRetryError`)
+    if len(_WORD.findall(_BRACKETED.sub(" ", lead))) > MAX_LEAD_WORDS:
+        return 0  # prose, not tags
     return p
 
 

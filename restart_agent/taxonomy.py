@@ -40,7 +40,7 @@ class Taxonomy:
     config_messages: re.Pattern[str] | None = None
     # top-level module names that are a project's own folders (ImportError: the user's code)
     own_module_names: frozenset[str] = frozenset()
-    # a root's class -> classes of a detail line after it that is the failure (taxonomy.yaml)
+    # a root's class -> pattern ids of a detail line after it that is the failure (taxonomy.yaml)
     detailed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     detail_lines: int = 8
 
@@ -118,7 +118,7 @@ def taxonomy() -> Taxonomy:
         isinstance(k, str) and isinstance(v, list) and all(isinstance(c, str) for c in v)
         for k, v in detailed.items()
     ):
-        raise RegistryError(f"{TAXONOMY_FILE}: detailed_by must map a class to a list of classes")
+        raise RegistryError(f"{TAXONOMY_FILE}: detailed_by must map a class to a list of row ids")
     detail_lines = data.get("detail_lines", 8)
     if not isinstance(detail_lines, int) or isinstance(detail_lines, bool) or detail_lines < 1:
         raise RegistryError(f"{TAXONOMY_FILE}: detail_lines must be a positive integer")

@@ -227,3 +227,18 @@ def test_evidence_memos_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < len(lines_mod._FACTS) <= 4 and 0 < len(lines_mod._NO_ENTITY) <= 4
     assert [e.user_frame for e in ev.roots] == [f"/work/m{r}.py:{r + 1}" for r in range(40)]
     assert ev == reference(data)
+
+
+def test_a_remembered_head_split_yields_to_a_generic_lead_behind_the_head() -> None:
+    # two lines with the same head up to their one trigger (`Segmentation`): the first has no
+    # line behind a lead, the second has torch's `[rank3]:` behind one, past the head; the
+    # remembered split of the first must not be reused for the second (non-ASCII: line())
+    data = (
+        "worker-1: Segmentation fault \u00e9\n"
+        "worker-1: Segmentation fault >> [rank3]: Segmentation fault (core dumped) \u00e9\n"
+    ).encode()
+    s = ra.LogScanner()
+    s.feed(data)
+    ev = s.finish()
+    assert [(e.failure_class, e.rank) for e in ev.roots] == [("segfault", None), ("segfault", 3)]
+    assert ev == reference(data)

@@ -1108,3 +1108,29 @@ def test_after_holdout10_shapes(text: str, decisions: tuple[str, str], rank: int
     first, second, primary = _decisions(text)
     assert (first, second) == decisions, primary
     assert primary.rank == rank, primary  # type: ignore[attr-defined]
+
+
+# ------------------------------------------ review of this round's rules (false STOP guards)
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a host MemoryError, then a pinned-memory thread's `CUDA error: out of memory`: the
+        # later line is another report, not the MemoryError's own detail
+        _tb("MemoryError", (USER_FRAME, LIB_FRAME))
+        + "Exception in thread Thread-2 (_pin_memory_loop):\n"
+        + _tb("RuntimeError: CUDA error: out of memory", (LIB_FRAME,)),
+        # an NCCL error whose `Last error:` is a network fault; a later CUDA OOM line is not
+        # its detail (another root class came between)
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970,"
+        " unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+        "[rank3]: Last error:\n"
+        "[rank3]: NET/IB : Got completion from peer 10.0.0.4<45123> with error 12, opcode 0,"
+        " len 0, vendor err 129 (Recv)\n"
+        "[rank3]: RuntimeError: CUDA error: out of memory\n",
+        # a paste that lost a line break: the kernel's report is not dropped as a lead
+        "node3 kernel: Out of memory: Killed process 1234 (python) total-vm:123kB - ValueError:"
+        " x\n",
+    ],
+)
+def test_an_infrastructure_report_is_not_taken_over_by_a_later_line(text: str) -> None:
+    assert _decisions(text)[:2] == ("RESTART", "RESTART")
